@@ -1,0 +1,94 @@
+package algorithm
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/scripts"
+)
+
+var fixedWindowScript = NewScript("fw", scripts.FixedWindow)
+
+// FixedWindow returns the naive counter: at most limit units per window, with
+// windows aligned to multiples of window since the Unix epoch.
+//
+// It is atomic and usable, and constant in memory (one short string per key),
+// but not exact: a client can spend limit just before a window edge and limit
+// again just after it, so an interval much shorter than window can admit
+// 2*limit. fleetlimit keeps it on purpose, so that the burst can be shown and
+// measured; prefer SlidingWindowLog or TokenBucket.
+//
+// Denied requests are not counted. The returned Strategy is safe for
+// concurrent use. Invalid parameters are reported by Validate, never by a
+// panic.
+func FixedWindow(limit int64, window time.Duration) Strategy {
+	return &fixedWindow{
+		limit:  limit,
+		window: micros(window),
+		d:      window,
+		args:   []any{strconv.FormatInt(limit, 10), strconv.FormatInt(micros(window), 10)},
+	}
+}
+
+type fixedWindow struct {
+	limit  int64
+	window int64 // µs
+	d      time.Duration
+	args   []any
+}
+
+func (s *fixedWindow) Name() string          { return "fixed_window" }
+func (s *fixedWindow) Limit() int64          { return s.limit }
+func (s *fixedWindow) Window() time.Duration { return s.d }
+func (s *fixedWindow) Script() *Script       { return fixedWindowScript }
+func (s *fixedWindow) ScriptArgs() []any     { return s.args }
+func (s *fixedWindow) NewState() State       { return &fixedWindowState{} }
+
+func (s *fixedWindow) Validate() error {
+	if err := checkCount("fixed window", "limit", s.limit); err != nil {
+		return err
+	}
+	return checkWindow("fixed window", "window", s.d)
+}
+
+// fixedWindowState is the Go twin of the Redis value "<index>:<count>"; end
+// is the end of window index (µs), 0 before the first admission.
+type fixedWindowState struct {
+	index, count, end int64
+}
+
+func (st *fixedWindowState) FullAt() int64 { return st.end }
+
+func (s *fixedWindow) Decide(state State, now time.Time, n int64) (Decision, error) {
+	st, ok := state.(*fixedWindowState)
+	if !ok {
+		return Decision{}, ErrStateType
+	}
+	t := now.UnixMicro()
+	idx := floorDiv(t, s.window)
+	end := (idx + 1) * s.window
+	var count int64
+	if st.end != 0 && st.index == idx {
+		count = st.count
+	}
+	d := Decision{Limit: s.limit}
+	if n <= s.limit && count+n <= s.limit {
+		st.index, st.count, st.end = idx, count+n, end
+		d.Allowed = true
+		d.Remaining = s.limit - count - n
+		d.ResetAfter = duration(end - t)
+		return d, nil
+	}
+	var reset int64
+	if count > 0 {
+		reset = end - t
+	}
+	d.Remaining = s.limit - count
+	d.ResetAfter = duration(reset)
+	if n > s.limit {
+		d.RetryAfter = duration(neverPassable(reset, s.window))
+	} else {
+		d.RetryAfter = duration(end - t)
+	}
+	return d, nil
+}

@@ -1,0 +1,147 @@
+package algorithm
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/scripts"
+)
+
+var slidingWindowLogScript = NewScript("sl", scripts.SlidingWindowLog)
+
+// SlidingWindowLog returns the exact strategy: in every interval of length
+// window, at most limit units of cost are admitted.
+//
+// Model: a log of admitted units per key — in Redis a sorted set, one member
+// per unit scored by its admission time. A unit admitted at t counts against
+// [t, t+window) and is evicted once now - window >= t. A request of cost n is
+// admitted iff the live units plus n are at most limit, and then adds n units.
+// Denied requests are not recorded, so a client that keeps hammering past the
+// limit is admitted again as soon as its old admissions age out.
+//
+// Memory grows with the limit: up to limit members per active key (in Redis
+// roughly 20-30 bytes each while a key holds at most 128 members, about 80-100
+// bytes each beyond that, by Redis's zset encodings). Choose TokenBucket where
+// limits are large and approximate smoothing is enough.
+//
+// Time never runs backwards for a key: a request whose clock is behind the
+// newest admission is judged at that admission's time. With client clocks
+// (fleetlimit.WithClock) skewed by at most δ from each other, a window can
+// appear up to 2δ shorter; with the default Redis server TIME it is exact.
+//
+// The returned Strategy is safe for concurrent use. Invalid parameters are
+// reported by Validate, never by a panic.
+func SlidingWindowLog(limit int64, window time.Duration) Strategy {
+	return &slidingWindowLog{
+		limit:  limit,
+		window: micros(window),
+		d:      window,
+		args:   []any{strconv.FormatInt(limit, 10), strconv.FormatInt(micros(window), 10)},
+	}
+}
+
+type slidingWindowLog struct {
+	limit  int64
+	window int64 // µs
+	d      time.Duration
+	args   []any
+}
+
+func (s *slidingWindowLog) Name() string          { return "sliding_window_log" }
+func (s *slidingWindowLog) Limit() int64          { return s.limit }
+func (s *slidingWindowLog) Window() time.Duration { return s.d }
+func (s *slidingWindowLog) Script() *Script       { return slidingWindowLogScript }
+func (s *slidingWindowLog) ScriptArgs() []any     { return s.args }
+func (s *slidingWindowLog) NewState() State       { return &slidingLogState{} }
+
+func (s *slidingWindowLog) Validate() error {
+	if err := checkCount("sliding window log", "limit", s.limit); err != nil {
+		return err
+	}
+	return checkWindow("sliding window log", "window", s.d)
+}
+
+// logEntry is n units admitted at the same instant (µs).
+type logEntry struct{ at, n int64 }
+
+// slidingLogState is the Go twin of the sorted set: live entries in
+// log[head:], oldest first, with count the sum of their units.
+type slidingLogState struct {
+	log    []logEntry
+	head   int
+	count  int64
+	window int64 // of the strategy that last admitted, for FullAt
+}
+
+func (st *slidingLogState) FullAt() int64 {
+	if st.head == len(st.log) {
+		return 0
+	}
+	return st.log[len(st.log)-1].at + st.window
+}
+
+func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision, error) {
+	st, ok := state.(*slidingLogState)
+	if !ok {
+		return Decision{}, ErrStateType
+	}
+	t := now.UnixMicro()
+	live := st.log[st.head:]
+	var newest int64
+	if len(live) > 0 {
+		// Time never runs backwards for a key (see the Lua twin).
+		newest = live[len(live)-1].at
+		if newest > t {
+			t = newest
+		}
+	}
+	// Evict every unit admitted at or before t - window.
+	cutoff := t - s.window
+	for st.head < len(st.log) && st.log[st.head].at <= cutoff {
+		st.count -= st.log[st.head].n
+		st.head++
+	}
+	if st.head == len(st.log) {
+		st.log, st.head = st.log[:0], 0
+	} else if st.head > 32 && st.head*2 >= len(st.log) {
+		st.log = st.log[:copy(st.log, st.log[st.head:])]
+		st.head = 0
+	}
+
+	d := Decision{Limit: s.limit}
+	if n <= s.limit && st.count+n <= s.limit {
+		if k := len(st.log); k > st.head && st.log[k-1].at == t {
+			st.log[k-1].n += n
+		} else {
+			st.log = append(st.log, logEntry{at: t, n: n})
+		}
+		st.count += n
+		st.window = s.window
+		d.Allowed = true
+		d.Remaining = s.limit - st.count
+		d.ResetAfter = duration(s.window)
+		return d, nil
+	}
+
+	var reset int64
+	if st.count > 0 {
+		reset = newest + s.window - t
+	}
+	d.Remaining = s.limit - st.count
+	d.ResetAfter = duration(reset)
+	if n > s.limit {
+		d.RetryAfter = duration(neverPassable(reset, s.window))
+		return d, nil
+	}
+	// The request fits once the oldest count+n-limit units have left: find the
+	// entry holding the k-th oldest unit.
+	k := st.count + n - s.limit
+	for _, e := range st.log[st.head:] {
+		if k <= e.n {
+			d.RetryAfter = duration(e.at + s.window - t)
+			break
+		}
+		k -= e.n
+	}
+	return d, nil
+}

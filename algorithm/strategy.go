@@ -1,0 +1,161 @@
+package algorithm
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MaxInt is the largest limit, burst, cost or derived quantity a strategy
+// accepts: 2^53, the largest integer a Lua number (an IEEE double) holds
+// exactly. Past it the Go rule and its Lua twin would round differently.
+const MaxInt = 1 << 53
+
+// MinWindow and MaxWindow bound a strategy's window or refill period.
+// Expiry in Redis has millisecond granularity, so shorter windows are refused;
+// ten years keeps every timestamp plus window far below 2^53 microseconds.
+const (
+	MinWindow = time.Millisecond
+	MaxWindow = 10 * 365 * 24 * time.Hour
+)
+
+// ErrInvalidStrategy is wrapped by every configuration error a strategy
+// reports from Validate.
+var ErrInvalidStrategy = errors.New("invalid strategy")
+
+// ErrStateType is returned by Decide when handed state made by another
+// strategy type (two strategies sharing a Script.Tag).
+var ErrStateType = errors.New("state belongs to another strategy")
+
+// Decision is the outcome of one rate-limit decision.
+type Decision struct {
+	// Allowed reports whether the request passed (and its cost was recorded).
+	Allowed bool
+	// Limit is the strategy's capacity: limit, or burst for a token bucket.
+	Limit int64
+	// Remaining is the cost that could still pass right after this decision,
+	// in whole units, never negative.
+	Remaining int64
+	// RetryAfter is 0 when Allowed, and otherwise > 0: how long until this same
+	// request would pass with no other traffic. When n can never pass (n above
+	// Limit) it is ResetAfter, or the strategy's Window when the key is
+	// already full.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back at full capacity with no
+	// further traffic; 0 when it already is. Redis keys expire after it.
+	ResetAfter time.Duration
+}
+
+// State is the per-key state that an in-process store keeps for a strategy.
+// Stores treat it as opaque: they create it with Strategy.NewState, guard it
+// with a lock, and pass it back to Strategy.Decide.
+type State interface {
+	// FullAt is the instant, in microseconds since the Unix epoch on the
+	// decision clock, from which this state is equivalent to a fresh one: a
+	// store may drop it from then on.
+	FullAt() int64
+}
+
+// Strategy is a rate-limiting algorithm with its parameters: a decision rule
+// in plain Go and its Lua twin for Redis.
+//
+// Implementations must be immutable after construction and therefore safe for
+// concurrent use; per-key mutable data lives in State. Decide must not do I/O
+// or read a clock.
+type Strategy interface {
+	// Name identifies the algorithm in reports, e.g. "token_bucket".
+	Name() string
+	// Limit is the capacity a client sees: the most cost that can pass at once.
+	Limit() int64
+	// Window is the period over which Limit applies: the window, or for a
+	// token bucket the time to refill from empty.
+	Window() time.Duration
+	// Validate reports a configuration error wrapping ErrInvalidStrategy.
+	Validate() error
+	// NewState returns the state of a key that has seen no requests.
+	NewState() State
+	// Decide applies a request of cost n >= 1 at now to st, mutating st only
+	// when the request is admitted. The caller holds st's lock.
+	Decide(st State, now time.Time, n int64) (Decision, error)
+	// Script is the Lua twin of Decide (see package scripts for the calling
+	// convention).
+	Script() *Script
+	// ScriptArgs are the script's parameters after now and n (ARGV[3...]).
+	// The returned slice must not be modified.
+	ScriptArgs() []any
+}
+
+// Script is a Lua decision rule with what a store needs to run it.
+type Script struct {
+	// Tag is a short name for the algorithm. Stores keep each tag's state
+	// apart: the Redis store appends ":" + Tag to every key, so that two
+	// algorithms limiting the same user never read each other's state.
+	Tag string
+	// Source is the Lua program.
+	Source string
+	// SHA1 is the hex SHA-1 digest of Source, for EVALSHA.
+	SHA1 string
+}
+
+// NewScript returns a Script for source, computing its digest.
+func NewScript(tag, source string) *Script {
+	sum := sha1.Sum([]byte(source))
+	return &Script{Tag: tag, Source: source, SHA1: hex.EncodeToString(sum[:])}
+}
+
+// micros converts a duration to whole microseconds.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// duration converts microseconds to a duration.
+func duration(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// ceilDiv returns ⌈a/b⌉ for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// floorDiv returns ⌊a/b⌋ for b > 0, rounding toward -∞ as Lua's math.floor does.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// gcd returns the greatest common divisor of a, b > 0.
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// checkCount validates a positive integer parameter.
+func checkCount(algo, what string, v int64) error {
+	if v < 1 || v > MaxInt {
+		return fmt.Errorf("%s: %s must be between 1 and 2^53, got %d: %w", algo, what, v, ErrInvalidStrategy)
+	}
+	return nil
+}
+
+// checkWindow validates a window or period.
+func checkWindow(algo, what string, d time.Duration) error {
+	if d < MinWindow || d > MaxWindow {
+		return fmt.Errorf("%s: %s must be between %v and %v, got %v: %w", algo, what, MinWindow, MaxWindow, d, ErrInvalidStrategy)
+	}
+	if d%time.Microsecond != 0 {
+		return fmt.Errorf("%s: %s must be a whole number of microseconds, got %v: %w", algo, what, d, ErrInvalidStrategy)
+	}
+	return nil
+}
+
+// neverPassable is the RetryAfter of a request that exceeds the capacity: the
+// time until the key is full again, or a whole window when it already is, so
+// that RetryAfter > 0 exactly when a request is denied.
+func neverPassable(reset, window int64) int64 {
+	if reset > 0 {
+		return reset
+	}
+	return window
+}

@@ -1,0 +1,130 @@
+package algorithm
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/scripts"
+)
+
+var tokenBucketScript = NewScript("tb", scripts.TokenBucket)
+
+// TokenBucket returns a token bucket: rate tokens refill per period per,
+// continuously; the bucket holds at most burst; a request of cost n takes n
+// tokens or is denied and takes none. A key starts full.
+//
+// In any interval of length d it admits at most burst + rate*d/per. Its
+// decisions equal golang.org/x/time/rate's Limiter.AllowN(t, n) with
+// rate.Every(per/rate) and the same burst, on the same timeline. Memory per
+// key is constant: in Redis one short string (a plain integer whenever rate
+// divides per in microseconds), whatever the rate or burst.
+//
+// The arithmetic is exact: tokens are counted in integer units (rate and per
+// reduced by their greatest common divisor) and time in integer
+// microseconds, so that 1 token per year and 10^9 tokens per second are both
+// exact. burst*per/gcd(rate, per µs) must stay below 2^53; Validate says so
+// when it does not.
+//
+// Elapsed time is clamped at zero: a request whose clock is behind the last
+// writer's sees no refill, and at worst an empty bucket. With client clocks
+// (fleetlimit.WithClock) skewed by at most δ, a clock ahead of the others can
+// take at most δ*rate/per extra tokens, once; with the default Redis server
+// TIME, none.
+//
+// The returned Strategy is safe for concurrent use. Invalid parameters are
+// reported by Validate, never by a panic.
+func TokenBucket(rate int64, per time.Duration, burst int64) Strategy {
+	s := &tokenBucket{rate: rate, per: per, burst: burst}
+	if s.Validate() == nil {
+		g := gcd(rate, micros(per))
+		s.r, s.p = rate/g, micros(per)/g
+		s.capacity = burst * s.p
+		s.fill = ceilDiv(s.capacity, s.r)
+		s.args = []any{strconv.FormatInt(burst, 10), strconv.FormatInt(s.r, 10), strconv.FormatInt(s.p, 10)}
+	}
+	return s
+}
+
+type tokenBucket struct {
+	rate, burst int64
+	per         time.Duration
+	r, p        int64 // units refilled per µs; units per token
+	capacity    int64 // burst * p
+	fill        int64 // µs to fill an empty bucket
+	args        []any
+}
+
+func (s *tokenBucket) Name() string          { return "token_bucket" }
+func (s *tokenBucket) Limit() int64          { return s.burst }
+func (s *tokenBucket) Window() time.Duration { return duration(s.fill) }
+func (s *tokenBucket) Script() *Script       { return tokenBucketScript }
+func (s *tokenBucket) ScriptArgs() []any     { return s.args }
+func (s *tokenBucket) NewState() State       { return &tokenBucketState{} }
+
+func (s *tokenBucket) Validate() error {
+	const algo = "token bucket"
+	if err := checkCount(algo, "rate", s.rate); err != nil {
+		return err
+	}
+	if err := checkCount(algo, "burst", s.burst); err != nil {
+		return err
+	}
+	if err := checkWindow(algo, "period", s.per); err != nil {
+		return err
+	}
+	us := micros(s.per)
+	g := gcd(s.rate, us)
+	r, p := s.rate/g, us/g
+	// capacity + r must stay below 2^53; compare by division to avoid overflow.
+	if s.burst > (MaxInt-r)/p {
+		return fmt.Errorf("%s: burst %d at %d per %v is too large for exact arithmetic: burst*period/gcd(rate, period in µs) must stay below 2^53; lower the burst or the period: %w",
+			algo, s.burst, s.rate, s.per, ErrInvalidStrategy)
+	}
+	return nil
+}
+
+// tokenBucketState is the Go twin of the Redis value: the bucket is full
+// again at tat - e/r microseconds (tat is rounded up, 0 <= e < r); tat <= now
+// means full.
+type tokenBucketState struct {
+	tat, e int64
+}
+
+func (st *tokenBucketState) FullAt() int64 { return st.tat }
+
+func (s *tokenBucket) Decide(state State, now time.Time, n int64) (Decision, error) {
+	st, ok := state.(*tokenBucketState)
+	if !ok {
+		return Decision{}, ErrStateType
+	}
+	t := now.UnixMicro()
+	// debt is the capacity minus the level, in units.
+	var debt int64
+	if st.tat > t {
+		if st.tat-t > s.fill {
+			debt = s.capacity // a clock far behind sees an empty bucket
+		} else {
+			debt = min((st.tat-t)*s.r-st.e, s.capacity)
+		}
+	}
+	d := Decision{Limit: s.burst}
+	if n <= s.burst && debt+n*s.p <= s.capacity {
+		debt += n * s.p
+		wait := ceilDiv(debt, s.r) // µs until full again
+		st.tat, st.e = t+wait, wait*s.r-debt
+		d.Allowed = true
+		d.Remaining = (s.capacity - debt) / s.p
+		d.ResetAfter = duration(wait)
+		return d, nil
+	}
+	reset := ceilDiv(debt, s.r)
+	d.Remaining = (s.capacity - debt) / s.p
+	d.ResetAfter = duration(reset)
+	if n > s.burst {
+		d.RetryAfter = duration(neverPassable(reset, s.fill))
+	} else {
+		d.RetryAfter = duration(ceilDiv(debt+n*s.p-s.capacity, s.r))
+	}
+	return d, nil
+}

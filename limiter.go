@@ -1,0 +1,304 @@
+package fleetlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+var (
+	// ErrStoreUnavailable is wrapped by the error of every decision the store
+	// could not make (refused, timed out, closed, or failed): the Result that
+	// comes with it was decided by the FailurePolicy.
+	ErrStoreUnavailable = errors.New("fleetlimit: store unavailable")
+	// ErrInvalidKey is returned for an empty key or one longer than
+	// store.MaxKeyLen bytes; nothing is recorded.
+	ErrInvalidKey = errors.New("fleetlimit: invalid key")
+	// ErrInvalidCost is returned for a cost n < 1 or above algorithm.MaxInt;
+	// nothing is recorded.
+	ErrInvalidCost = errors.New("fleetlimit: invalid cost")
+	// ErrInvalidConfig is wrapped by every error New returns for a bad
+	// strategy, store or option.
+	ErrInvalidConfig = errors.New("fleetlimit: invalid configuration")
+	// ErrClockOutOfRange is returned when the WithClock clock reads a time
+	// before the Unix epoch or too far ahead for exact arithmetic (after
+	// MaxTime); nothing is recorded.
+	ErrClockOutOfRange = errors.New("fleetlimit: clock out of range")
+)
+
+// MaxTime is the latest clock reading a Limiter accepts: beyond it, times
+// plus windows would leave the 2^53 microseconds that Lua holds exactly.
+var MaxTime = time.UnixMicro(algorithm.MaxInt - 2*int64(algorithm.MaxWindow/time.Microsecond))
+
+// Result is the outcome of one decision.
+type Result struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// Limit is the strategy's capacity: limit, or burst for a token bucket.
+	// A sliding log of 100 per minute reports 100.
+	Limit int64
+	// Remaining is the cost that can still pass right after this decision,
+	// never negative. After 3 of 100 are admitted in a window it is 97; a
+	// token bucket reports whole tokens, rounded down.
+	Remaining int64
+	// RetryAfter is 0 when Allowed and > 0 when denied: how long until the
+	// same request would pass with no other traffic. When n can never pass
+	// (n > Limit) it is ResetAfter, or the strategy's window if the key is
+	// already full; retrying will not help.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back at full capacity with no
+	// further traffic (0: it already is). For a sliding log admitted just now
+	// it is the window.
+	ResetAfter time.Duration
+}
+
+// FailurePolicy decides a request when the store cannot.
+type FailurePolicy int
+
+const (
+	// FailOpen admits the request: a store outage costs protection, not
+	// availability. The Result has Allowed true, Limit set, Remaining 0,
+	// RetryAfter and ResetAfter 0. This is the default.
+	FailOpen FailurePolicy = iota
+	// FailClosed denies the request: a store outage costs availability, not
+	// protection. The Result has Allowed false, Limit set, Remaining 0, and
+	// RetryAfter = ResetAfter = FailClosedRetryAfter.
+	FailClosed
+)
+
+// FailClosedRetryAfter is the RetryAfter of a request denied by FailClosed.
+const FailClosedRetryAfter = time.Second
+
+func (p FailurePolicy) String() string {
+	switch p {
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", int(p))
+}
+
+// DefaultTimeout bounds one decision unless WithTimeout says otherwise.
+const DefaultTimeout = 100 * time.Millisecond
+
+// DefaultKeyPrefix is prepended to every Redis key unless WithKeyPrefix says
+// otherwise.
+const DefaultKeyPrefix = "ratelimit:"
+
+// Limiter applies one strategy through one store. It holds no per-key state
+// itself, so any number of Limiters (in any number of processes) over one
+// shared store enforce one limit together.
+//
+// A Limiter is safe for concurrent use.
+type Limiter struct {
+	strategy algorithm.Strategy
+	store    store.Store
+	cfg      config
+}
+
+// New returns a Limiter applying s through st. It returns an error wrapping
+// ErrInvalidConfig (and algorithm.ErrInvalidStrategy for a bad strategy) for
+// a nil or invalid strategy, a nil store, or an invalid option.
+func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil strategy", ErrInvalidConfig)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if st == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
+	}
+	cfg := defaults(s)
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Limiter{strategy: s, store: st, cfg: cfg}, nil
+}
+
+// Strategy returns the limiter's strategy.
+func (l *Limiter) Strategy() algorithm.Strategy { return l.strategy }
+
+// Name returns the limiter's name (WithName; default the strategy's name).
+func (l *Limiter) Name() string { return l.cfg.name }
+
+// Policy returns the limiter's failure policy.
+func (l *Limiter) Policy() FailurePolicy { return l.cfg.policy }
+
+// Allow is AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN decides whether a request of cost n by key may proceed now, and
+// records it if so.
+//
+// An empty or over-long key, n < 1, or a clock reading out of range is an
+// error (ErrInvalidKey, ErrInvalidCost, ErrClockOutOfRange) with a zero,
+// denied Result, and nothing is recorded. n above the limit is a plain
+// denial, not an error, and leaves the key as it was.
+//
+// The decision takes at most the limiter's timeout. When the store cannot
+// decide, the FailurePolicy does: the Result follows it and the error wraps
+// ErrStoreUnavailable and the cause. If ctx itself ends first, the error
+// wraps ctx.Err() instead (the caller gave up; the store is not blamed) and
+// the Result still follows the policy.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
+	req, err := l.request(key, n)
+	if err != nil {
+		return Result{Limit: l.strategy.Limit()}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return l.degraded(fmt.Errorf("fleetlimit: decision for %q not made: %w", key, err))
+	}
+	d, err := l.store.Decide(ctx, req)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return l.degraded(fmt.Errorf("fleetlimit: decision for %q abandoned: %w", key, ctxErr))
+		}
+		return l.degraded(fmt.Errorf("%w: %w", ErrStoreUnavailable, err))
+	}
+	return Result(d), nil
+}
+
+// request validates a call and builds the store request.
+func (l *Limiter) request(key string, n int64) (store.Request, error) {
+	if key == "" || len(key) > store.MaxKeyLen {
+		return store.Request{}, fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidKey, len(key), store.MaxKeyLen)
+	}
+	if n < 1 || n > algorithm.MaxInt {
+		return store.Request{}, fmt.Errorf("%w: %d, want 1 to 2^53", ErrInvalidCost, n)
+	}
+	req := store.Request{
+		Strategy: l.strategy,
+		Prefix:   l.cfg.prefix,
+		Key:      key,
+		N:        n,
+		Timeout:  l.cfg.timeout,
+	}
+	if l.cfg.clock != nil {
+		now := l.cfg.clock()
+		if now.UnixMicro() < 0 || now.After(MaxTime) {
+			return store.Request{}, fmt.Errorf("%w: %v is outside 1970-01-01 to %v", ErrClockOutOfRange, now, MaxTime)
+		}
+		req.Now = now
+	}
+	return req, nil
+}
+
+// degraded returns the policy's Result for a decision the store did not make.
+func (l *Limiter) degraded(err error) (Result, error) {
+	r := Result{Limit: l.strategy.Limit()}
+	switch l.cfg.policy {
+	case FailClosed:
+		r.RetryAfter, r.ResetAfter = FailClosedRetryAfter, FailClosedRetryAfter
+	default:
+		r.Allowed = true
+	}
+	return r, err
+}
+
+// config holds every option; defaults live in defaults.
+type config struct {
+	name    string
+	prefix  string
+	clock   func() time.Time
+	policy  FailurePolicy
+	timeout time.Duration
+	errs    []error
+}
+
+func defaults(s algorithm.Strategy) config {
+	return config{
+		name:    s.Name(),
+		prefix:  DefaultKeyPrefix,
+		policy:  FailOpen,
+		timeout: DefaultTimeout,
+	}
+}
+
+func (c *config) validate() error {
+	if strings.ContainsAny(c.prefix, "{}") {
+		c.errs = append(c.errs, fmt.Errorf("key prefix %q contains a brace, which would move every key into one Redis Cluster slot", c.prefix))
+	}
+	if len(c.prefix) > store.MaxKeyLen {
+		c.errs = append(c.errs, fmt.Errorf("key prefix is %d bytes, more than %d", len(c.prefix), store.MaxKeyLen))
+	}
+	if len(c.errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(c.errs...))
+	}
+	return nil
+}
+
+// Option configures New.
+type Option interface{ apply(*config) }
+
+type option func(*config)
+
+func (f option) apply(c *config) { f(c) }
+
+// WithClock makes the limiter read time from now instead of the store's
+// clock. Default: the store's clock — the Redis server's TIME, read inside
+// the script, so app servers' clock skew cannot bend a limit; time.Now for
+// store.Memory. Use it for tests and simulations (virtual time), or to save
+// Redis the TIME call; note that Redis still expires keys on its own clock.
+func WithClock(now func() time.Time) Option {
+	return option(func(c *config) {
+		if now == nil {
+			c.errs = append(c.errs, errors.New("nil clock"))
+		}
+		c.clock = now
+	})
+}
+
+// WithKeyPrefix sets the string prepended verbatim to every Redis key (and
+// the namespace in store.Memory). Default: DefaultKeyPrefix ("ratelimit:").
+// Limiters with the same prefix and algorithm share the state of a key; give
+// endpoints with separate limits separate prefixes or keys. It must not
+// contain braces (see store.RedisKey).
+func WithKeyPrefix(prefix string) Option {
+	return option(func(c *config) { c.prefix = prefix })
+}
+
+// WithFailurePolicy sets what a decision is when the store cannot answer.
+// Default: FailOpen.
+func WithFailurePolicy(p FailurePolicy) Option {
+	return option(func(c *config) {
+		if p != FailOpen && p != FailClosed {
+			c.errs = append(c.errs, fmt.Errorf("unknown failure policy %d", int(p)))
+		}
+		c.policy = p
+	})
+}
+
+// WithTimeout bounds one decision, the store's round trip included. Default:
+// DefaultTimeout (100ms): far above a healthy Redis round trip (well under a
+// millisecond on a LAN), far below what a user notices. It must be > 0.
+func WithTimeout(d time.Duration) Option {
+	return option(func(c *config) {
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("timeout %v, want > 0", d))
+		}
+		c.timeout = d
+	})
+}
+
+// WithName names the limiter in reports, observers and the RateLimit-Policy
+// header. Default: the strategy's name.
+func WithName(name string) Option {
+	return option(func(c *config) {
+		if name == "" {
+			c.errs = append(c.errs, errors.New("empty name"))
+		}
+		c.name = name
+	})
+}

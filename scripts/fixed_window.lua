@@ -1,0 +1,50 @@
+-- Fixed window: the naive counter, kept so that its boundary burst can be
+-- shown and measured. Twin of algorithm/fixed_window.go.
+--
+-- KEYS[1]  a string "<window index>:<count>"
+-- ARGV[1]  now (integer microseconds since the Unix epoch) or "" for TIME
+-- ARGV[2]  n, the cost of this request
+-- ARGV[3]  limit, the most units admitted per window
+-- ARGV[4]  window, in microseconds
+-- Returns {allowed, remaining, retry_after_us, reset_after_us}.
+--
+-- Windows are [i*window, (i+1)*window) since the Unix epoch. The window index
+-- lives in the value rather than in the key's expiry, so a counter is never
+-- carried into the next window even when the caller's clock (WithClock) and
+-- the server's expiry disagree.
+local key = KEYS[1]
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local window = tonumber(ARGV[4])
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local idx = math.floor(now / window)
+local window_end = (idx + 1) * window
+
+local count = 0
+local v = redis.call('GET', key)
+if v then
+  local sep = string.find(v, ':', 1, true)
+  if sep and tonumber(string.sub(v, 1, sep - 1)) == idx then
+    count = tonumber(string.sub(v, sep + 1))
+  end
+end
+
+if n <= limit and count + n <= limit then
+  redis.call('SET', key, string.format('%d:%d', idx, count + n),
+    'PX', math.ceil((window_end - now) / 1000))
+  return {1, limit - count - n, 0, window_end - now}
+end
+
+local reset = 0
+if count > 0 then reset = window_end - now end
+local retry = window_end - now
+if n > limit then
+  -- Never passable: say when the key is full again (or a whole window).
+  retry = reset
+  if retry == 0 then retry = window end
+end
+return {0, limit - count, retry, reset}

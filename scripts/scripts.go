@@ -1,0 +1,37 @@
+// Package scripts embeds the Lua twins of fleetlimit's decision rules.
+//
+// Each file here is the Redis half of a rule whose Go half lives in package
+// algorithm (sliding_window_log.lua beside algorithm/sliding_window_log.go and
+// so on). The two are kept in agreement by property tests that run both on the
+// same generated timelines; change one and you must change the other.
+//
+// Every script follows one calling convention, so that one Redis store runs
+// them all:
+//
+//	KEYS[1]    the key that holds this user's state
+//	ARGV[1]    now, in integer microseconds since the Unix epoch, or "" to
+//	           read the Redis server's TIME (so app-server clocks cannot skew it)
+//	ARGV[2]    n, the cost of this request (an integer >= 1)
+//	ARGV[3..]  the strategy's own parameters (algorithm.Strategy.ScriptArgs)
+//
+// and returns {allowed (1 or 0), remaining, retry_after_us, reset_after_us}.
+// All arithmetic is on integers below 2^53, which a Lua number (a double)
+// holds exactly; time is never a float of seconds.
+package scripts
+
+import _ "embed"
+
+// SlidingWindowLog is the Lua twin of algorithm.SlidingWindowLog.
+//
+//go:embed sliding_window_log.lua
+var SlidingWindowLog string
+
+// TokenBucket is the Lua twin of algorithm.TokenBucket.
+//
+//go:embed token_bucket.lua
+var TokenBucket string
+
+// FixedWindow is the Lua twin of algorithm.FixedWindow.
+//
+//go:embed fixed_window.lua
+var FixedWindow string

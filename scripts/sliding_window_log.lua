@@ -1,0 +1,73 @@
+-- Sliding-window log: the exact limiter. Twin of algorithm/sliding_window_log.go.
+--
+-- KEYS[1]  a sorted set with one member per admitted unit of cost, scored by
+--          its admission time in microseconds.
+-- ARGV[1]  now (integer microseconds since the Unix epoch) or "" for TIME
+-- ARGV[2]  n, the cost of this request
+-- ARGV[3]  limit, the most units admitted in any interval of length window
+-- ARGV[4]  window, in microseconds
+-- Returns {allowed, remaining, retry_after_us, reset_after_us}.
+--
+-- A unit admitted at t counts against [t, t+window) and is evicted once
+-- now - window >= t. Denied requests are not recorded, so a client hammering
+-- past the limit is not locked out once its old admissions age out.
+local key = KEYS[1]
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local window = tonumber(ARGV[4])
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Time never runs backwards for one key: a caller whose clock is behind the
+-- newest admission is judged at that admission's time. This keeps member
+-- names unique (below) and stops a slow clock from evicting early.
+local newest_at = nil
+local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+if newest[2] then
+  newest_at = tonumber(newest[2])
+  if newest_at > now then now = newest_at end
+end
+
+redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+local count = redis.call('ZCARD', key)
+
+if n <= limit and count + n <= limit then
+  -- Members are "<now mod 2*window>:<count+i>". Two live members are less than
+  -- one window apart, so different admission times never share a residue;
+  -- members admitted at the same (clamped, non-decreasing) time number
+  -- themselves from the count, which only grows between them. The residue
+  -- keeps members short: memory is spent per admitted unit.
+  local stamp = string.format('%d', now)
+  local prefix = string.format('%d', now % (2 * window)) .. ':'
+  local args = {}
+  for i = 1, n do
+    args[#args + 1] = stamp
+    args[#args + 1] = prefix .. string.format('%d', count + i)
+    if #args >= 1000 then
+      redis.call('ZADD', key, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then redis.call('ZADD', key, unpack(args)) end
+  redis.call('PEXPIRE', key, math.ceil(window / 1000))
+  return {1, limit - count - n, 0, window}
+end
+
+-- Denied. The key is full again once its newest unit leaves the window.
+local reset = 0
+if count > 0 then reset = newest_at + window - now end
+local retry
+if n > limit then
+  -- Never passable: say when the key is full again (or a whole window).
+  retry = reset
+  if retry == 0 then retry = window end
+else
+  -- The request fits once the oldest count+n-limit units have left.
+  local k = count + n - limit - 1
+  local kth = redis.call('ZRANGE', key, k, k, 'WITHSCORES')
+  retry = tonumber(kth[2]) + window - now
+end
+return {0, limit - count, retry, reset}

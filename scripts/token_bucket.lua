@@ -1,0 +1,79 @@
+-- Token bucket in exact integer arithmetic. Twin of algorithm/token_bucket.go.
+--
+-- KEYS[1]  a string "<tat>" or "<tat>:<e>" (see below); absent means full.
+-- ARGV[1]  now (integer microseconds since the Unix epoch) or "" for TIME
+-- ARGV[2]  n, the cost of this request
+-- ARGV[3]  burst, the bucket's capacity in tokens
+-- ARGV[4]  R, units refilled per microsecond
+-- ARGV[5]  P, units per token
+-- Returns {allowed, remaining, retry_after_us, reset_after_us}.
+--
+-- Units: one token is P units and the bucket refills R units per microsecond,
+-- where R/P = rate/per reduced by their greatest common divisor, so that
+-- every quantity is an integer and the capacity C = burst*P stays below 2^53.
+-- The state is the bucket's debt, C minus its level, written as the instant it
+-- will be full again: tat (theoretical arrival time, a whole microsecond,
+-- rounded up) less e/R, 0 <= e < R. When e is 0, as it always is when rate
+-- divides per in microseconds, the value is a plain integer, which Redis
+-- stores in the fewest bytes.
+local key = KEYS[1]
+local n = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local R = tonumber(ARGV[4])
+local P = tonumber(ARGV[5])
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local C = burst * P
+local fill = math.ceil(C / R) -- microseconds to fill an empty bucket
+
+local debt = 0
+local v = redis.call('GET', key)
+if v then
+  local tat, e
+  local sep = string.find(v, ':', 1, true)
+  if sep then
+    tat = tonumber(string.sub(v, 1, sep - 1))
+    e = tonumber(string.sub(v, sep + 1))
+  else
+    tat = tonumber(v)
+    e = 0
+  end
+  if tat > now then
+    -- A clock behind the last writer sees at most an empty bucket (elapsed
+    -- time is clamped at zero), never a debt beyond the capacity.
+    if tat - now > fill then
+      debt = C
+    else
+      debt = (tat - now) * R - e
+      if debt > C then debt = C end
+    end
+  end
+end
+
+if n <= burst and debt + n * P <= C then
+  debt = debt + n * P
+  local d = math.ceil(debt / R) -- microseconds until full again
+  local e = d * R - debt
+  local value
+  if e == 0 then
+    value = string.format('%d', now + d)
+  else
+    value = string.format('%d:%d', now + d, e)
+  end
+  redis.call('SET', key, value, 'PX', math.ceil(d / 1000))
+  return {1, math.floor((C - debt) / P), 0, d}
+end
+
+local reset = math.ceil(debt / R)
+local retry
+if n > burst then
+  -- Never passable: say when the bucket is full again (or a whole fill).
+  retry = reset
+  if retry == 0 then retry = fill end
+else
+  retry = math.ceil((debt + n * P - C) / R)
+end
+return {0, math.floor((C - debt) / P), retry, reset}

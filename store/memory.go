@@ -1,0 +1,197 @@
+package store
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+)
+
+var _ Store = (*Memory)(nil)
+
+// memoryShards is the number of independently locked maps; a power of two.
+const memoryShards = 256
+
+// Memory is an in-process store: the state of each key lives in this
+// process's memory and every decision runs the strategy's Go rule under that
+// key's shard lock. It is exact for one process and knows nothing of any
+// other: N instances, each with its own Memory, admit N times the limit.
+//
+// Keys are spread over 256 shards by a seeded hash, each with its own mutex,
+// so decisions on different keys rarely contend. A background sweeper drops
+// keys that are back at full capacity (their Strategy State's FullAt has
+// passed), one shard at a time, so an idle client costs nothing after its
+// reset time. Time for the sweep is the latest decision time seen in the
+// shard, or the store's clock if callers never pass their own time, so that a
+// virtual clock (fleetlimit.WithClock) never sees its state dropped early.
+//
+// The zero Memory is not usable; call NewMemory. Memory is safe for
+// concurrent use. Close stops the sweeper.
+type Memory struct {
+	shards     [memoryShards]memoryShard
+	seed       maphash.Seed
+	clock      func() time.Time
+	sweepEvery time.Duration
+
+	callerTime atomic.Bool // a Request carried its own Now
+	closed     atomic.Bool
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+type memoryShard struct {
+	mu     sync.Mutex
+	states map[memoryKey]algorithm.State
+	latest int64 // latest decision time seen here, µs
+	_      [40]byte
+}
+
+type memoryKey struct {
+	prefix, tag, key string
+}
+
+// MemoryOption configures NewMemory.
+type MemoryOption interface{ applyMemory(*Memory) }
+
+type memoryOption func(*Memory)
+
+func (f memoryOption) applyMemory(m *Memory) { f(m) }
+
+// WithMemoryClock sets the clock used for decisions that carry no time of
+// their own and for sweeping. Default: time.Now.
+func WithMemoryClock(now func() time.Time) MemoryOption {
+	return memoryOption(func(m *Memory) {
+		if now != nil {
+			m.clock = now
+		}
+	})
+}
+
+// WithSweepInterval sets how often idle keys are swept. Default: one minute;
+// values <= 0 keep the default.
+func WithSweepInterval(d time.Duration) MemoryOption {
+	return memoryOption(func(m *Memory) {
+		if d > 0 {
+			m.sweepEvery = d
+		}
+	})
+}
+
+// NewMemory returns an in-process store and starts its sweeper.
+func NewMemory(opts ...MemoryOption) *Memory {
+	m := &Memory{
+		seed:       maphash.MakeSeed(),
+		clock:      time.Now,
+		sweepEvery: time.Minute,
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	for _, o := range opts {
+		o.applyMemory(m)
+	}
+	for i := range m.shards {
+		m.shards[i].states = make(map[memoryKey]algorithm.State)
+	}
+	go m.sweepLoop()
+	return m
+}
+
+// Decide runs req.Strategy's Go rule on req.Key's state under its shard lock.
+// It never blocks on I/O, so ctx and req.Timeout are not consulted.
+func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, error) {
+	if m.closed.Load() {
+		return algorithm.Decision{}, ErrClosed
+	}
+	now := req.Now
+	if now.IsZero() {
+		now = m.clock()
+	} else if !m.callerTime.Load() {
+		m.callerTime.Store(true)
+	}
+	k := memoryKey{prefix: req.Prefix, tag: req.Strategy.Script().Tag, key: req.Key}
+	sh := &m.shards[maphash.String(m.seed, req.Key)&(memoryShards-1)]
+
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st, found := sh.states[k]
+	if !found {
+		st = req.Strategy.NewState()
+	}
+	d, err := req.Strategy.Decide(st, now, req.N)
+	if err != nil {
+		return d, err
+	}
+	if !found && d.Allowed {
+		sh.states[k] = st // a denied request on a fresh key records nothing
+	}
+	if us := now.UnixMicro(); us > sh.latest {
+		sh.latest = us
+	}
+	return d, nil
+}
+
+// Len returns the number of keys held, for tests and metrics.
+func (m *Memory) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += len(sh.states)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep drops every key back at full capacity now. The sweeper calls it
+// periodically; tests may call it directly.
+func (m *Memory) Sweep() {
+	clockNow := int64(0)
+	if !m.callerTime.Load() {
+		clockNow = m.clock().UnixMicro()
+	}
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		now := max(sh.latest, clockNow)
+		for k, st := range sh.states {
+			if st.FullAt() <= now {
+				delete(sh.states, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func (m *Memory) sweepLoop() {
+	defer close(m.done)
+	t := time.NewTicker(m.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.Sweep()
+		}
+	}
+}
+
+// Close stops the sweeper and drops all state. It returns ErrClosed when
+// called again.
+func (m *Memory) Close() error {
+	if m.closed.Swap(true) {
+		return ErrClosed
+	}
+	close(m.stop)
+	<-m.done
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		clear(sh.states)
+		sh.mu.Unlock()
+	}
+	return nil
+}

@@ -1,0 +1,217 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+)
+
+var _ Store = (*Redis)(nil)
+
+// Redis is a store shared by every process that points at the same Redis:
+// each decision is one EVALSHA of the strategy's Lua twin, which reads and
+// writes one key atomically inside Redis. Decisions from a whole fleet on one
+// key are therefore serialized by Redis and the limit holds across the fleet.
+//
+// Keys are RedisKey(prefix, key, tag): the user's key is a hash tag, so any
+// Redis Cluster routes every decision to one slot. Every key carries a TTL no
+// longer than the time until it is back at full capacity, so a quiet client
+// leaves nothing behind. When the server's script cache is empty (after
+// SCRIPT FLUSH, a restart or a failover) the store falls back to EVAL, which
+// reloads the script; callers see no error.
+//
+// Time: a Request without Now is judged at the Redis server's TIME, read
+// inside the script, so clock skew between app servers cannot bend a limit.
+//
+// Timeouts: go-redis ignores context deadlines unless the client was built
+// with ContextTimeoutEnabled. So that Request.Timeout bounds every decision
+// whatever client is passed in, NewRedis uses a *redis.Client,
+// *redis.ClusterClient or *redis.Ring that lacks it through a twin client
+// built from the same options with it enabled (its own connection pool,
+// closed by Close); other UniversalClient implementations are called on a
+// goroutine that the deadline abandons. Pass a client with
+// ContextTimeoutEnabled: true to share its pool and avoid both.
+//
+// Redis is safe for concurrent use.
+type Redis struct {
+	client   redis.UniversalClient
+	owned    bool // client is our twin; Close closes it
+	bounded  bool // client honours context deadlines
+	closed   atomic.Bool
+	evalOnly bool
+}
+
+// RedisOption configures NewRedis.
+type RedisOption interface{ applyRedis(*Redis) }
+
+type redisOption func(*Redis)
+
+func (f redisOption) applyRedis(r *Redis) { f(r) }
+
+// WithEvalOnly sends the whole script with EVAL on every decision instead of
+// EVALSHA. It exists to measure what EVALSHA saves; leave it off.
+func WithEvalOnly() RedisOption {
+	return redisOption(func(r *Redis) { r.evalOnly = true })
+}
+
+// NewRedis returns a store over client (standalone, Sentinel-backed via
+// redis.NewFailoverClient, or Cluster). The caller keeps ownership of client:
+// Close does not close it.
+func NewRedis(client redis.UniversalClient, opts ...RedisOption) *Redis {
+	r := &Redis{client: client}
+	switch c := client.(type) {
+	case *redis.Client:
+		r.bounded = true
+		if o := c.Options(); !o.ContextTimeoutEnabled {
+			cp := *o
+			cp.ContextTimeoutEnabled = true
+			r.client, r.owned = redis.NewClient(&cp), true
+		}
+	case *redis.ClusterClient:
+		r.bounded = true
+		if o := c.Options(); !o.ContextTimeoutEnabled {
+			cp := *o
+			cp.ContextTimeoutEnabled = true
+			r.client, r.owned = redis.NewClusterClient(&cp), true
+		}
+	case *redis.Ring:
+		r.bounded = true
+		if o := c.Options(); !o.ContextTimeoutEnabled {
+			cp := *o
+			cp.ContextTimeoutEnabled = true
+			r.client, r.owned = redis.NewRing(&cp), true
+		}
+	}
+	for _, o := range opts {
+		o.applyRedis(r)
+	}
+	return r
+}
+
+// Decide runs the strategy's script on its key with one EVALSHA (EVAL when the
+// script is not cached), bounded by req.Timeout and ctx.
+func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, error) {
+	if r.closed.Load() {
+		return algorithm.Decision{}, ErrClosed
+	}
+	script := req.Strategy.Script()
+	if script == nil {
+		return algorithm.Decision{}, fmt.Errorf("store: strategy %s has no Lua script: %w", req.Strategy.Name(), algorithm.ErrInvalidStrategy)
+	}
+	keys := []string{RedisKey(req.Prefix, req.Key, script.Tag)}
+	static := req.Strategy.ScriptArgs()
+	args := make([]any, 2, 2+len(static))
+	if !req.Now.IsZero() {
+		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
+	} else {
+		args[0] = ""
+	}
+	args[1] = req.N
+	args = append(args, static...)
+
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	var reply any
+	var err error
+	if r.bounded {
+		reply, err = r.run(ctx, script, keys, args)
+	} else {
+		reply, err = r.runAbandonable(ctx, script, keys, args)
+	}
+	if err != nil {
+		return algorithm.Decision{}, redisError(keys[0], err)
+	}
+	return parseReply(reply, req.Strategy.Limit())
+}
+
+// run is EVALSHA, then EVAL if the server does not have the script.
+func (r *Redis) run(ctx context.Context, s *algorithm.Script, keys []string, args []any) (any, error) {
+	if !r.evalOnly {
+		reply, err := r.client.EvalSha(ctx, s.SHA1, keys, args...).Result()
+		if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return reply, err
+		}
+	}
+	return r.client.Eval(ctx, s.Source, keys, args...).Result()
+}
+
+// runAbandonable runs the call on a goroutine so that ctx can end the wait
+// even when the client ignores deadlines. The goroutine finishes on its own
+// when the client gives up.
+func (r *Redis) runAbandonable(ctx context.Context, s *algorithm.Script, keys []string, args []any) (any, error) {
+	type result struct {
+		reply any
+		err   error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		reply, err := r.run(ctx, s, keys, args)
+		ch <- result{reply, err}
+	}()
+	select {
+	case res := <-ch:
+		return res.reply, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// redisError gives a failed call context, and a sentinel where one applies.
+func redisError(key string, err error) error {
+	if errors.Is(err, redis.Nil) {
+		return fmt.Errorf("store: script on %q returned nil: %w", key, ErrBadReply)
+	}
+	if strings.Contains(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("store: redis key %q: %w: %w", key, ErrWrongType, err)
+	}
+	return fmt.Errorf("store: redis decision on %q: %w", key, err)
+}
+
+// parseReply reads the calling convention's {allowed, remaining,
+// retry_after_us, reset_after_us}.
+func parseReply(reply any, limit int64) (algorithm.Decision, error) {
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != 4 {
+		return algorithm.Decision{}, fmt.Errorf("%w: %v", ErrBadReply, reply)
+	}
+	var ints [4]int64
+	for i, v := range vals {
+		n, ok := v.(int64)
+		if !ok {
+			return algorithm.Decision{}, fmt.Errorf("%w: element %d is %T", ErrBadReply, i, v)
+		}
+		ints[i] = n
+	}
+	return algorithm.Decision{
+		Allowed:    ints[0] == 1,
+		Limit:      limit,
+		Remaining:  ints[1],
+		RetryAfter: durationMicros(ints[2]),
+		ResetAfter: durationMicros(ints[3]),
+	}, nil
+}
+
+func durationMicros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// Close closes the twin client NewRedis made, if any; the caller's client is
+// left open. Later calls return ErrClosed.
+func (r *Redis) Close() error {
+	if r.closed.Swap(true) {
+		return ErrClosed
+	}
+	if r.owned {
+		return r.client.Close()
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+)
+
+// Store executes strategies atomically. Implementations are safe for
+// concurrent use.
+type Store interface {
+	// Decide applies req.Strategy to the state of req.Key for a request of
+	// cost req.N, atomically, and returns the decision. A store failure is an
+	// error; the caller (fleetlimit.Limiter) decides what it means.
+	Decide(ctx context.Context, req Request) (algorithm.Decision, error)
+	// Close releases the store's resources. The first call returns nil (or
+	// the error of releasing them); later calls return ErrClosed, as does
+	// Decide after Close.
+	Close() error
+}
+
+// Request is one decision to make. Callers (fleetlimit.Limiter) validate it:
+// a non-empty Key of at most MaxKeyLen bytes, 1 <= N <= algorithm.MaxInt, a
+// valid Strategy, and a Prefix without braces.
+type Request struct {
+	// Strategy is the rule to apply.
+	Strategy algorithm.Strategy
+	// Prefix is prepended verbatim to the Redis key (fleetlimit.WithKeyPrefix);
+	// for Memory it is part of the namespace.
+	Prefix string
+	// Key identifies the client being limited, e.g. a user id.
+	Key string
+	// N is the cost of the request.
+	N int64
+	// Now is the decision time; the zero Time means the store's own clock
+	// (the Redis server's TIME; the Memory store's clock).
+	Now time.Time
+	// Timeout bounds a decision that does I/O; 0 means only ctx bounds it.
+	Timeout time.Duration
+}
+
+// MaxKeyLen is the longest Request.Key accepted, in bytes.
+const MaxKeyLen = 1024
+
+var (
+	// ErrClosed is returned by a store after Close.
+	ErrClosed = errors.New("store: closed")
+	// ErrWrongType reports that the Redis key a strategy uses holds a value
+	// of another type (or format), written by something else.
+	ErrWrongType = errors.New("store: key holds a value of another type")
+	// ErrBadReply reports a script reply that is not the four integers of the
+	// calling convention.
+	ErrBadReply = errors.New("store: malformed script reply")
+)
+
+// RedisKey returns the Redis key that holds key's state for the algorithm
+// tagged tag: prefix + "{" + key + "}:" + tag.
+//
+// The user's key is a hash tag, so every key of one decision lands in one
+// Redis Cluster slot. Braces and '%' inside key are percent-encoded (the
+// mapping is one-to-one), so that a key such as "}{" can neither end the tag
+// early nor leave it empty, which would hash the whole name.
+func RedisKey(prefix, key, tag string) string {
+	if strings.ContainsAny(key, "{}%") {
+		key = braceEscaper.Replace(key)
+	}
+	var b strings.Builder
+	b.Grow(len(prefix) + len(key) + len(tag) + 3)
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.WriteString(key)
+	b.WriteString("}:")
+	b.WriteString(tag)
+	return b.String()
+}
+
+var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
