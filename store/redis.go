@@ -67,33 +67,60 @@ func WithEvalOnly() RedisOption {
 // Close does not close it.
 func NewRedis(client redis.UniversalClient, opts ...RedisOption) *Redis {
 	r := &Redis{client: client}
-	switch c := client.(type) {
-	case *redis.Client:
-		r.bounded = true
-		if o := c.Options(); !o.ContextTimeoutEnabled {
-			cp := *o
-			cp.ContextTimeoutEnabled = true
-			r.client, r.owned = redis.NewClient(&cp), true
-		}
-	case *redis.ClusterClient:
-		r.bounded = true
-		if o := c.Options(); !o.ContextTimeoutEnabled {
-			cp := *o
-			cp.ContextTimeoutEnabled = true
-			r.client, r.owned = redis.NewClusterClient(&cp), true
-		}
-	case *redis.Ring:
-		r.bounded = true
-		if o := c.Options(); !o.ContextTimeoutEnabled {
-			cp := *o
-			cp.ContextTimeoutEnabled = true
-			r.client, r.owned = redis.NewRing(&cp), true
-		}
-	}
+	r.client, r.owned, r.bounded = deadlineTwin(client)
 	for _, o := range opts {
 		o.applyRedis(r)
 	}
 	return r
+}
+
+// deadlineTwin returns a client that honours context deadlines: client itself
+// if it already does, a twin built from its options if it is a go-redis type
+// that does not (owned: the store must close it), or client with bounded
+// false when its type is unknown.
+//
+// The twin gets its own push-notification processor and no client-side
+// cache: go-redis writes the client's processor into its options, and
+// sharing it (or a cache) between two clients is not supported.
+func deadlineTwin(client redis.UniversalClient) (c redis.UniversalClient, owned, bounded bool) {
+	switch c := client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		if o.ContextTimeoutEnabled {
+			return client, false, true
+		}
+		cp := *o
+		cp.ContextTimeoutEnabled = true
+		cp.PushNotificationProcessor = nil
+		cp.ClientSideCache, cp.ClientSideCacheConfig = nil, nil
+		if o.MaintNotificationsConfig != nil {
+			mc := *o.MaintNotificationsConfig
+			cp.MaintNotificationsConfig = &mc
+		}
+		return redis.NewClient(&cp), true, true
+	case *redis.ClusterClient:
+		o := c.Options()
+		if o.ContextTimeoutEnabled {
+			return client, false, true
+		}
+		cp := *o
+		cp.ContextTimeoutEnabled = true
+		cp.PushNotificationProcessor = nil
+		if o.MaintNotificationsConfig != nil {
+			mc := *o.MaintNotificationsConfig
+			cp.MaintNotificationsConfig = &mc
+		}
+		return redis.NewClusterClient(&cp), true, true
+	case *redis.Ring:
+		o := c.Options()
+		if o.ContextTimeoutEnabled {
+			return client, false, true
+		}
+		cp := *o
+		cp.ContextTimeoutEnabled = true
+		return redis.NewRing(&cp), true, true
+	}
+	return client, false, false
 }
 
 // Decide runs the strategy's script on its key with one EVALSHA (EVAL when the

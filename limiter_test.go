@@ -1,0 +1,295 @@
+package fleetlimit_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+var bg = context.Background()
+
+// t0 is a fixed instant on a minute boundary.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+// stores returns every store the limiter is tested on, each fresh.
+func stores(t *testing.T) map[string]store.Store {
+	_, mini := redistest.Mini(t)
+	all := map[string]store.Store{
+		"memory":    store.NewMemory(),
+		"miniredis": store.NewRedis(mini),
+		"redis":     store.NewRedis(redistest.Real(t)),
+	}
+	t.Cleanup(func() {
+		for _, s := range all {
+			_ = s.Close()
+		}
+	})
+	return all
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	mem := store.NewMemory()
+	defer mem.Close()
+	good := algorithm.SlidingWindowLog(10, time.Minute)
+	cases := map[string]func() (*fleetlimit.Limiter, error){
+		"nil strategy": func() (*fleetlimit.Limiter, error) { return fleetlimit.New(nil, mem) },
+		"nil store":    func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, nil) },
+		"limit 0": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(algorithm.SlidingWindowLog(0, time.Minute), mem)
+		},
+		"rate -1": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(algorithm.TokenBucket(-1, time.Second, 1), mem)
+		},
+		"burst 0": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(algorithm.TokenBucket(1, time.Second, 0), mem)
+		},
+		"period 0": func() (*fleetlimit.Limiter, error) { return fleetlimit.New(algorithm.TokenBucket(1, 0, 1), mem) },
+		"window -1s": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(algorithm.FixedWindow(1, -time.Second), mem)
+		},
+		"limit above 2^53": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(algorithm.FixedWindow(1<<54, time.Minute), mem)
+		},
+		"prefix with brace": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(good, mem, fleetlimit.WithKeyPrefix("rl{x}:"))
+		},
+		"timeout 0":      func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithTimeout(0)) },
+		"nil clock":      func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithClock(nil)) },
+		"unknown policy": func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithFailurePolicy(7)) },
+		"empty name":     func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithName("")) },
+		"prefix over 1024 B": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(good, mem, fleetlimit.WithKeyPrefix(strings.Repeat("p", 1025)))
+		},
+	}
+	for name, mk := range cases {
+		l, err := mk()
+		require.Nil(t, l, name)
+		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, name)
+	}
+	_, err := fleetlimit.New(algorithm.SlidingWindowLog(0, time.Minute), mem)
+	require.ErrorIs(t, err, algorithm.ErrInvalidStrategy)
+}
+
+// Bad input is an error and records nothing: the key still admits its full
+// limit afterwards.
+func TestBadInputRecordsNothing(t *testing.T) {
+	for name, st := range stores(t) {
+		for _, e := range algorithm.Registry() {
+			l, err := fleetlimit.New(e.New(2, time.Minute), st, fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithKeyPrefix(redistest.Prefix()))
+			require.NoError(t, err)
+			for _, bad := range []struct {
+				key  string
+				n    int64
+				want error
+			}{
+				{"", 1, fleetlimit.ErrInvalidKey},
+				{strings.Repeat("k", store.MaxKeyLen+1), 1, fleetlimit.ErrInvalidKey},
+				{"u", 0, fleetlimit.ErrInvalidCost},
+				{"u", -5, fleetlimit.ErrInvalidCost},
+				{"u", algorithm.MaxInt + 1, fleetlimit.ErrInvalidCost},
+			} {
+				res, err := l.AllowN(bg, bad.key, bad.n)
+				require.ErrorIs(t, err, bad.want, "%s %s key len %d n %d", name, e.Name, len(bad.key), bad.n)
+				require.False(t, res.Allowed)
+			}
+			for i := range 3 {
+				res, err := l.Allow(bg, "u")
+				require.NoError(t, err)
+				require.Equal(t, i < 2, res.Allowed, "%s %s request %d", name, e.Name, i)
+			}
+		}
+	}
+}
+
+// n above the limit is a plain denial, not an error, and does not spoil the
+// key.
+func TestCostAboveLimitIsPlainDenial(t *testing.T) {
+	for name, st := range stores(t) {
+		for _, e := range algorithm.Registry() {
+			l, err := fleetlimit.New(e.New(5, time.Minute), st, fleetlimit.WithClock(fixedClock(t0.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()))
+			require.NoError(t, err)
+			res, err := l.AllowN(bg, "u", 6)
+			require.NoError(t, err)
+			require.False(t, res.Allowed, name)
+			require.Positive(t, res.RetryAfter, "%s %s: denied means RetryAfter > 0", name, e.Name)
+			res, err = l.AllowN(bg, "u", 5)
+			require.NoError(t, err)
+			require.True(t, res.Allowed, "%s %s", name, e.Name)
+		}
+	}
+}
+
+func TestClockOutOfRange(t *testing.T) {
+	mem := store.NewMemory()
+	defer mem.Close()
+	for _, at := range []time.Time{{}, time.Unix(-1, 0), fleetlimit.MaxTime.Add(time.Microsecond)} {
+		l, err := fleetlimit.New(algorithm.FixedWindow(1, time.Minute), mem, fleetlimit.WithClock(fixedClock(at)))
+		require.NoError(t, err)
+		_, err = l.Allow(bg, "u")
+		require.ErrorIs(t, err, fleetlimit.ErrClockOutOfRange, "%v", at)
+	}
+}
+
+// Limiters in many processes share one limit through one Redis; limiters
+// with another prefix or algorithm keep separate limits.
+func TestLimitersShareAStore(t *testing.T) {
+	c := redistest.Real(t)
+	p := redistest.Prefix()
+	mk := func(s algorithm.Strategy, prefix string) *fleetlimit.Limiter {
+		l, err := fleetlimit.New(s, store.NewRedis(redis.NewClient(&redis.Options{Addr: c.Options().Addr})), fleetlimit.WithKeyPrefix(prefix))
+		require.NoError(t, err)
+		return l
+	}
+	a, b := mk(algorithm.SlidingWindowLog(3, time.Minute), p), mk(algorithm.SlidingWindowLog(3, time.Minute), p)
+	other := mk(algorithm.SlidingWindowLog(3, time.Minute), p+"other:")
+	bucket := mk(algorithm.TokenBucket(3, time.Minute, 3), p)
+	admitted := 0
+	for i := range 6 {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		res, err := l.Allow(bg, "u")
+		require.NoError(t, err)
+		if res.Allowed {
+			admitted++
+		}
+	}
+	require.Equal(t, 3, admitted, "two instances, one limit")
+	for _, l := range []*fleetlimit.Limiter{other, bucket} {
+		res, err := l.Allow(bg, "u")
+		require.NoError(t, err)
+		require.True(t, res.Allowed, "%s has its own state", l.Name())
+	}
+}
+
+// hungAddr is a listener that accepts connections and never answers.
+func hungAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// closedAddr is an address nothing listens on: connections are refused.
+func closedAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// When the store cannot decide — closed, refused, hung — the policy does, the
+// error wraps ErrStoreUnavailable, and the call ends within the timeout
+// (here 50ms, while the client itself would wait a minute).
+func TestFailurePolicy(t *testing.T) {
+	closed := store.NewMemory()
+	require.NoError(t, closed.Close())
+	client := func(addr string) store.Store {
+		c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, DialTimeout: time.Minute, MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		return store.NewRedis(c)
+	}
+	failing := map[string]store.Store{
+		"closed store":  closed,
+		"refused":       client(closedAddr(t)),
+		"hung":          client(hungAddr(t)),
+		"closed client": store.NewRedis(func() *redis.Client { c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}); c.Close(); return c }()),
+	}
+	for name, st := range failing {
+		open, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(50*time.Millisecond))
+		require.NoError(t, err)
+		res, err := open.AllowN(bg, "u", 3)
+		require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, name)
+		require.Equal(t, fleetlimit.Result{Allowed: true, Limit: 10}, res, "%s: fail-open (the default) admits", name)
+
+		shut, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(50*time.Millisecond), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
+		require.NoError(t, err)
+		res, err = shut.Allow(bg, "u")
+		require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, name)
+		require.Equal(t, fleetlimit.Result{Limit: 10, RetryAfter: fleetlimit.FailClosedRetryAfter, ResetAfter: fleetlimit.FailClosedRetryAfter}, res, "%s: fail-closed denies", name)
+	}
+}
+
+// A caller's cancelled context is reported as such, not as a store outage,
+// and records nothing.
+func TestCancelledContext(t *testing.T) {
+	for name, st := range stores(t) {
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(bg)
+		cancel()
+		_, err = l.Allow(ctx, "u")
+		require.ErrorIs(t, err, context.Canceled, name)
+		require.False(t, errors.Is(err, fleetlimit.ErrStoreUnavailable), name)
+		res, err := l.Allow(bg, "u")
+		require.NoError(t, err)
+		require.True(t, res.Allowed, "%s: the cancelled call recorded nothing", name)
+	}
+}
+
+// With the default clock a Redis store judges time by the server's TIME; the
+// result is the same limit with no clock configured anywhere.
+func TestDefaultServerClock(t *testing.T) {
+	for name, st := range stores(t) {
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(3, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()))
+		require.NoError(t, err)
+		var got []bool
+		for range 5 {
+			res, err := l.Allow(bg, "u")
+			require.NoError(t, err)
+			got = append(got, res.Allowed)
+		}
+		require.Equal(t, []bool{true, true, true, false, false}, got, name)
+	}
+}
+
+func TestAccessors(t *testing.T) {
+	mem := store.NewMemory()
+	defer mem.Close()
+	s := algorithm.FixedWindow(1, time.Minute)
+	l, err := fleetlimit.New(s, mem)
+	require.NoError(t, err)
+	require.Equal(t, "fixed_window", l.Name())
+	require.Equal(t, fleetlimit.FailOpen, l.Policy())
+	require.Equal(t, s, l.Strategy())
+	l, err = fleetlimit.New(s, mem, fleetlimit.WithName("login"), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
+	require.NoError(t, err)
+	require.Equal(t, "login", l.Name())
+	require.Equal(t, "fail-closed", l.Policy().String())
+}

@@ -1,0 +1,83 @@
+package store_test
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/store"
+	"github.com/fleetlimit/fleetlimit/store/storetest"
+)
+
+// Sweep drops exactly the keys that are back at full capacity, on the time
+// axis of the decisions (a virtual clock is never overtaken by real time).
+// Shards are chosen by the user key, so "p:"+"u" and "q:"+"u" share a shard
+// and its latest decision time.
+func TestMemorySweepDropsOnlyFullKeys(t *testing.T) {
+	m := store.NewMemory()
+	defer m.Close()
+	// Each is full again a minute (the fixed window: at the edge, 60s) after
+	// a request.
+	strats := []algorithm.Strategy{
+		algorithm.SlidingWindowLog(3, time.Minute),
+		algorithm.TokenBucket(1, time.Minute, 1),
+		algorithm.FixedWindow(3, time.Minute),
+	}
+	at := func(prefix string, d time.Duration) {
+		for _, strat := range strats {
+			_, err := m.Decide(ctx, store.Request{Strategy: strat, Prefix: prefix, Key: "u", N: 1, Now: storetest.T0.Add(d)})
+			require.NoError(t, err)
+		}
+	}
+	at("p:", time.Second) // full again by 61s
+	at("q:", 50*time.Second)
+	m.Sweep()
+	require.Equal(t, 6, m.Len(), "at 50s nothing is full yet")
+	at("q:", 61*time.Second)
+	m.Sweep()
+	require.Equal(t, 3, m.Len(), "at 61s the p: keys are full and dropped; the q: keys were used at 50s and 61s")
+	at("p:", 62*time.Second)
+	require.Equal(t, 6, m.Len(), "a dropped key starts afresh")
+}
+
+// With the store's own clock, the background sweeper empties idle keys on
+// its own, and Close stops it.
+func TestMemorySweeperRunsAndStops(t *testing.T) {
+	before := runtime.NumGoroutine()
+	now := storetest.T0
+	clock := make(chan time.Time, 1)
+	clock <- now
+	read := func() time.Time { t := <-clock; clock <- t; return t }
+	m := store.NewMemory(store.WithMemoryClock(read), store.WithSweepInterval(5*time.Millisecond))
+	for _, strat := range strategies() {
+		_, err := m.Decide(ctx, store.Request{Strategy: strat, Prefix: "p:", Key: "u", N: 1})
+		require.NoError(t, err)
+	}
+	require.Equal(t, 3, m.Len())
+	<-clock
+	clock <- now.Add(time.Hour)
+	require.Eventually(t, func() bool { return m.Len() == 0 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, m.Close()) // waits for the sweeper to return
+	// Not require.Eventually: it runs the condition on goroutines of its own.
+	for i := 0; runtime.NumGoroutine() > before; i++ {
+		require.Less(t, i, 1000, "goroutines: %d before NewMemory, %d after Close", before, runtime.NumGoroutine())
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A request at a far-behind clock on the same key is judged without
+// refilling (elapsed time is clamped at zero).
+func TestMemoryTimeNeverRunsBackwardsForAKey(t *testing.T) {
+	m := store.NewMemory()
+	defer m.Close()
+	strat := algorithm.TokenBucket(1, time.Minute, 1)
+	d, err := m.Decide(ctx, store.Request{Strategy: strat, Prefix: "p:", Key: "u", N: 1, Now: storetest.T0.Add(time.Hour)})
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	d, err = m.Decide(ctx, store.Request{Strategy: strat, Prefix: "p:", Key: "u", N: 1, Now: storetest.T0})
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "a clock an hour behind sees an empty bucket, not a full one")
+}

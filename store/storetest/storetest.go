@@ -1,0 +1,227 @@
+// Package storetest is the conformance suite for fleetlimit stores: a new
+// store proves itself by passing Run. fleetlimit runs it against store.Memory
+// and store.Redis on miniredis and on a real redis-server.
+//
+// The suite passes its own time in every Request (Now), so it needs no
+// sleeping; it uses windows of minutes, so a Redis store's real-time key
+// expiry never interferes with the virtual timeline.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// Open returns a fresh store for one subtest. The suite closes it.
+type Open func(t *testing.T) store.Store
+
+// T0 is the suite's starting instant, on a minute boundary.
+var T0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Run runs every conformance test against stores made by open.
+func Run(t *testing.T, open Open) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, store.Store)
+	}{
+		{"MatchesGoRule", testMatchesGoRule},
+		{"AdmittedCounts", testAdmittedCounts},
+		{"Values", testValues},
+		{"NeverPassable", testNeverPassable},
+		{"Isolation", testIsolation},
+		{"OddKeys", testOddKeys},
+		{"Concurrent", testConcurrent},
+		{"Close", testClose},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() { _ = s.Close() })
+			tc.fn(t, s)
+		})
+	}
+}
+
+func prefix() string { return "st:" + uuid.NewString()[:8] + ":" }
+
+func decide(t *testing.T, s store.Store, req store.Request) algorithm.Decision {
+	t.Helper()
+	d, err := s.Decide(context.Background(), req)
+	require.NoError(t, err)
+	return d
+}
+
+// testMatchesGoRule: for every registered algorithm, the store's decisions on
+// a deterministic timeline (bursts at window edges, costs 1-3, one cost above
+// the limit) equal the strategy's Go rule applied to a fresh state.
+func testMatchesGoRule(t *testing.T, s store.Store) {
+	const limit, window = 4, time.Minute
+	for _, e := range algorithm.Registry() {
+		strat := e.New(limit, window)
+		st := strat.NewState()
+		p := prefix()
+		now := T0
+		for i := 0; i < 120; i++ {
+			// Irregular steps with clusters just before and after edges.
+			now = now.Add(time.Duration((i*7919)%13) * time.Second).Add(time.Duration(i%3) * time.Millisecond)
+			n := int64(i%3 + 1)
+			if i%17 == 0 {
+				n = limit + 1
+			}
+			want, err := strat.Decide(st, now, n)
+			require.NoError(t, err)
+			got := decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "k", N: n, Now: now})
+			require.Equal(t, want, got, "%s step %d at %v n=%d", e.Name, i, now.Sub(T0), n)
+		}
+	}
+}
+
+// testAdmittedCounts: a burst at one instant admits exactly the limit, and a
+// window later exactly the limit again.
+func testAdmittedCounts(t *testing.T, s store.Store) {
+	for _, e := range algorithm.Registry() {
+		strat := e.New(5, time.Minute)
+		p := prefix()
+		count := func(at time.Time) int {
+			admitted := 0
+			for range 20 {
+				if decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "user", N: 1, Now: at}).Allowed {
+					admitted++
+				}
+			}
+			return admitted
+		}
+		require.Equal(t, 5, count(T0.Add(time.Second)), e.Name)
+		require.Equal(t, 5, count(T0.Add(time.Minute+time.Second)), e.Name)
+	}
+}
+
+// testValues checks Remaining, RetryAfter and ResetAfter through the store.
+func testValues(t *testing.T, s store.Store) {
+	p := prefix()
+	req := func(strat algorithm.Strategy, at time.Duration, n int64) algorithm.Decision {
+		return decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "v", N: n, Now: T0.Add(at)})
+	}
+	log := algorithm.SlidingWindowLog(2, time.Minute)
+	require.Equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: time.Minute}, req(log, 0, 1))
+	require.Equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: time.Minute}, req(log, 10*time.Second, 1))
+	// The unit from 0 leaves at 60s (50s from now); the key is full at 70s.
+	require.Equal(t, algorithm.Decision{Limit: 2, RetryAfter: 50 * time.Second, ResetAfter: time.Minute}, req(log, 10*time.Second, 1))
+
+	bucket := algorithm.TokenBucket(1, 10*time.Second, 2)
+	require.Equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 20 * time.Second}, req(bucket, 0, 2))
+	// 0.5 tokens after 5s: the other half takes 5s more; full at 20s.
+	require.Equal(t, algorithm.Decision{Limit: 2, RetryAfter: 5 * time.Second, ResetAfter: 15 * time.Second}, req(bucket, 5*time.Second, 1))
+
+	fixed := algorithm.FixedWindow(2, time.Minute)
+	require.Equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 15 * time.Second}, req(fixed, 45*time.Second, 2))
+	require.Equal(t, algorithm.Decision{Limit: 2, RetryAfter: 15 * time.Second, ResetAfter: 15 * time.Second}, req(fixed, 45*time.Second, 1))
+}
+
+// testNeverPassable: n above the limit is a plain denial that records
+// nothing, even on a fresh key.
+func testNeverPassable(t *testing.T, s store.Store) {
+	for _, e := range algorithm.Registry() {
+		strat := e.New(3, time.Minute)
+		p := prefix()
+		d := decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "big", N: 4, Now: T0})
+		require.False(t, d.Allowed, e.Name)
+		require.Equal(t, int64(3), d.Remaining, e.Name)
+		require.Zero(t, d.ResetAfter, "%s: the key is still full", e.Name)
+		require.Equal(t, strat.Window(), d.RetryAfter, "%s: a full key tells a never-passable request a whole window", e.Name)
+		for i := range 3 {
+			require.True(t, decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "big", N: 1, Now: T0}).Allowed, "%s request %d", e.Name, i)
+		}
+	}
+}
+
+// testIsolation: keys, prefixes and algorithms never share state.
+func testIsolation(t *testing.T, s store.Store) {
+	p1, p2 := prefix(), prefix()
+	log := algorithm.SlidingWindowLog(1, time.Minute)
+	bucket := algorithm.TokenBucket(1, time.Minute, 1)
+	fixed := algorithm.FixedWindow(1, time.Minute)
+	for _, r := range []store.Request{
+		{Strategy: log, Prefix: p1, Key: "a"},
+		{Strategy: log, Prefix: p1, Key: "b"},
+		{Strategy: log, Prefix: p2, Key: "a"},
+		{Strategy: bucket, Prefix: p1, Key: "a"},
+		{Strategy: fixed, Prefix: p1, Key: "a"},
+	} {
+		r.N, r.Now = 1, T0
+		require.True(t, decide(t, s, r).Allowed, "%s %s %s", r.Strategy.Name(), r.Prefix, r.Key)
+		require.False(t, decide(t, s, r).Allowed, "%s %s %s", r.Strategy.Name(), r.Prefix, r.Key)
+	}
+}
+
+// testOddKeys: braces, percent signs, spaces, non-ASCII and maximal keys are
+// ordinary keys, distinct from each other.
+func testOddKeys(t *testing.T, s store.Store) {
+	p := prefix()
+	log := algorithm.SlidingWindowLog(1, time.Minute)
+	keys := []string{"{a}", "}{", "{}", "{", "}", "%7B", "%", "a b", "ключ", "\x00\xff", strings.Repeat("k", store.MaxKeyLen)}
+	for _, k := range keys {
+		r := store.Request{Strategy: log, Prefix: p, Key: k, N: 1, Now: T0}
+		require.True(t, decide(t, s, r).Allowed, "%q", k)
+	}
+	for _, k := range keys {
+		r := store.Request{Strategy: log, Prefix: p, Key: k, N: 1, Now: T0}
+		require.False(t, decide(t, s, r).Allowed, "%q must be limited by its own earlier request", k)
+	}
+}
+
+// testConcurrent: many goroutines on one key admit exactly the limit, and
+// never report a negative Remaining.
+func testConcurrent(t *testing.T, s store.Store) {
+	for _, e := range algorithm.Registry() {
+		strat := e.New(50, time.Hour)
+		p := prefix()
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for range 8 {
+			wg.Go(func() {
+				for range 25 {
+					d, err := s.Decide(context.Background(), store.Request{Strategy: strat, Prefix: p, Key: "hot", N: 1, Now: T0.Add(time.Second)})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if d.Remaining < 0 {
+						errs <- fmt.Errorf("remaining %d", d.Remaining)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, e.Name)
+		}
+		require.Equal(t, int64(50), admitted.Load(), e.Name)
+	}
+}
+
+// testClose: Close succeeds once, then reports ErrClosed, as does Decide.
+func testClose(t *testing.T, s store.Store) {
+	require.NoError(t, s.Close())
+	require.True(t, errors.Is(s.Close(), store.ErrClosed))
+	_, err := s.Decide(context.Background(), store.Request{Strategy: algorithm.SlidingWindowLog(1, time.Minute), Prefix: prefix(), Key: "k", N: 1, Now: T0})
+	require.True(t, errors.Is(err, store.ErrClosed), "%v", err)
+}
