@@ -1,0 +1,114 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a redis-server process owned by one test, for faults the shared
+// server must not suffer: kill it, restart it, reconfigure it. It listens on
+// a loopback port that stays the same across restarts.
+type Server struct {
+	t    testing.TB
+	Addr string
+	port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartServer starts a redis-server with no persistence and the extra
+// arguments given (e.g. "--maxmemory", "1mb"), and stops it when the test
+// ends. It fails the test when redis-server is not installed.
+func StartServer(t testing.TB, args ...string) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server is not installed: run the tests with ./test.sh, which installs it")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	s := &Server{t: t, port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir(), args: args}
+	s.Start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Start starts the server (again) on its port and waits until it answers.
+func (s *Server) Start() {
+	s.t.Helper()
+	if s.cmd != nil {
+		s.t.Fatalf("redis-server on %s is already running", s.Addr)
+	}
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir}, s.args...)
+	cmd := exec.Command("redis-server", args...)
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-s.done:
+			s.t.Fatalf("redis-server on %s exited at start", s.Addr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redis-server on %s did not answer: %v", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill stops the server abruptly (SIGKILL), as a crash would, and waits for
+// it to exit. Its data is lost. Killing a stopped server does nothing.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+// Restart kills the server and starts a fresh one on the same port: empty
+// data, empty script cache.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	s.Start()
+}
+
+// Client returns a client for the server with ContextTimeoutEnabled, closed
+// when the test ends.
+func (s *Server) Client(opts ...func(*redis.Options)) *redis.Client {
+	o := &redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true}
+	for _, f := range opts {
+		f(o)
+	}
+	c := redis.NewClient(o)
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (s *Server) String() string { return fmt.Sprintf("redis-server %s", s.Addr) }
