@@ -5,6 +5,8 @@
 #
 #   ./test.sh                 all packages
 #   ./test.sh -run TestX ./store/   extra arguments replace ./...
+#   NORACE=1 ./test.sh -run '^$' -bench . -benchmem ./store/
+#                             benchmarks, without the race detector
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -55,4 +57,6 @@ export FLEETLIMIT_REDIS_ADDR="127.0.0.1:$REDIS_PORT"
 echo "test.sh: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on $FLEETLIMIT_REDIS_ADDR"
 
 if [ $# -eq 0 ]; then set -- ./...; fi
-go test -race "$@"
+race=-race
+[ "${NORACE:-}" = 1 ] && race=
+go test $race "$@"

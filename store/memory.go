@@ -43,14 +43,21 @@ type Memory struct {
 }
 
 type memoryShard struct {
-	mu     sync.Mutex
-	states map[memoryKey]algorithm.State
-	latest int64 // latest decision time seen here, µs
-	_      [40]byte
+	mu sync.Mutex
+	// entries maps a key's hash to its entry, chained on the (rare) hash
+	// collision: one 64-bit hash per decision instead of Go's own hashing of
+	// three strings.
+	entries map[uint64]*memoryEntry
+	n       int   // entries, chains included
+	latest  int64 // latest decision time seen here, µs
+	_       [32]byte
 }
 
-type memoryKey struct {
+// memoryEntry is one key's state; prefix, tag and key identify it.
+type memoryEntry struct {
 	prefix, tag, key string
+	state            algorithm.State
+	next             *memoryEntry
 }
 
 // MemoryOption configures NewMemory.
@@ -93,7 +100,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 		o.applyMemory(m)
 	}
 	for i := range m.shards {
-		m.shards[i].states = make(map[memoryKey]algorithm.State)
+		m.shards[i].entries = make(map[uint64]*memoryEntry)
 	}
 	go m.sweepLoop()
 	return m
@@ -111,26 +118,38 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	} else if !m.callerTime.Load() {
 		m.callerTime.Store(true)
 	}
-	k := memoryKey{prefix: req.Prefix, tag: req.Strategy.Script().Tag, key: req.Key}
-	sh := &m.shards[maphash.String(m.seed, req.Key)&(memoryShards-1)]
+	tag := req.Strategy.Script().Tag
+	h := maphash.String(m.seed, req.Key)
+	sh := &m.shards[h&(memoryShards-1)]
+	// Mix the namespace in above the shard bits, so that one user key under
+	// several prefixes or algorithms stays in one shard (and one chain).
+	h ^= uint64(len(req.Prefix))<<56 ^ uint64(len(tag))<<48
+	if req.Prefix != "" {
+		h ^= maphash.String(m.seed, req.Prefix) &^ (memoryShards - 1)
+	}
 
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	st, found := sh.states[k]
-	if !found {
+	e := sh.entries[h]
+	for e != nil && (e.key != req.Key || e.prefix != req.Prefix || e.tag != tag) {
+		e = e.next
+	}
+	var st algorithm.State
+	if e != nil {
+		st = e.state
+	} else {
 		st = req.Strategy.NewState()
 	}
 	d, err := req.Strategy.Decide(st, now, req.N)
-	if err != nil {
-		return d, err
-	}
-	if !found && d.Allowed {
-		sh.states[k] = st // a denied request on a fresh key records nothing
+	if err == nil && e == nil && d.Allowed {
+		// A denied request on a fresh key records nothing.
+		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}
+		sh.n++
 	}
 	if us := now.UnixMicro(); us > sh.latest {
 		sh.latest = us
 	}
-	return d, nil
+	sh.mu.Unlock()
+	return d, err
 }
 
 // Len returns the number of keys held, for tests and metrics.
@@ -139,7 +158,7 @@ func (m *Memory) Len() int {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		n += len(sh.states)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -156,9 +175,22 @@ func (m *Memory) Sweep() {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		now := max(sh.latest, clockNow)
-		for k, st := range sh.states {
-			if st.FullAt() <= now {
-				delete(sh.states, k)
+		for h, e := range sh.entries {
+			// Rebuild the chain without the entries that are full.
+			var keep *memoryEntry
+			for e != nil {
+				next := e.next
+				if e.state.FullAt() > now {
+					e.next, keep = keep, e
+				} else {
+					sh.n--
+				}
+				e = next
+			}
+			if keep == nil {
+				delete(sh.entries, h)
+			} else {
+				sh.entries[h] = keep
 			}
 		}
 		sh.mu.Unlock()
@@ -190,7 +222,8 @@ func (m *Memory) Close() error {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		clear(sh.states)
+		clear(sh.entries)
+		sh.n = 0
 		sh.mu.Unlock()
 	}
 	return nil

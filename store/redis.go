@@ -47,6 +47,7 @@ type Redis struct {
 	bounded  bool // client honours context deadlines
 	closed   atomic.Bool
 	evalOnly bool
+	combine  *combiner // nil: every decision its own round trip
 }
 
 // RedisOption configures NewRedis.
@@ -62,14 +63,38 @@ func WithEvalOnly() RedisOption {
 	return redisOption(func(r *Redis) { r.evalOnly = true })
 }
 
+// DefaultMaxInFlight is the number of round trips a Redis store runs at once
+// before it pipelines further decisions; see WithMaxInFlight.
+const DefaultMaxInFlight = 4
+
+// WithMaxInFlight sets how many round trips to Redis the store runs at once
+// before it pipelines: decisions arriving while n round trips are in flight
+// queue up and ride the next one together, as one pipeline of EVALSHAs.
+// A lone caller never waits for another. n <= 0 turns pipelining off: every
+// decision is its own round trip on its own pooled connection. Default:
+// DefaultMaxInFlight. Pipelining needs a client that honours deadlines (see
+// Redis); with any other it is off.
+func WithMaxInFlight(n int) RedisOption {
+	return redisOption(func(r *Redis) {
+		r.combine = nil
+		if n > 0 {
+			r.combine = &combiner{r: r, maxInFlight: n}
+		}
+	})
+}
+
 // NewRedis returns a store over client (standalone, Sentinel-backed via
 // redis.NewFailoverClient, or Cluster). The caller keeps ownership of client:
 // Close does not close it.
 func NewRedis(client redis.UniversalClient, opts ...RedisOption) *Redis {
 	r := &Redis{client: client}
 	r.client, r.owned, r.bounded = deadlineTwin(client)
+	r.combine = &combiner{r: r, maxInFlight: DefaultMaxInFlight}
 	for _, o := range opts {
 		o.applyRedis(r)
+	}
+	if !r.bounded {
+		r.combine = nil
 	}
 	return r
 }
@@ -151,9 +176,12 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 	}
 	var reply any
 	var err error
-	if r.bounded {
+	switch {
+	case r.combine != nil:
+		reply, err = r.combine.do(ctx, script, keys, args)
+	case r.bounded:
 		reply, err = r.run(ctx, script, keys, args)
-	} else {
+	default:
 		reply, err = r.runAbandonable(ctx, script, keys, args)
 	}
 	if err != nil {

@@ -1,0 +1,181 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+)
+
+// pipelineCounter is a go-redis hook that records the size of every
+// pipeline, to see that decisions really share round trips.
+type pipelineCounter struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (p *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (p *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.mu.Lock()
+		p.sizes = append(p.sizes, len(cmds))
+		p.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (p *pipelineCounter) max() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := 0
+	for _, s := range p.sizes {
+		m = max(m, s)
+	}
+	return m
+}
+
+// idle reports whether the combiner has no round trip in flight and nothing
+// queued, as it must once all callers have returned.
+func (b *combiner) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inFlight == 0 && len(b.pending) == 0
+}
+
+// Many goroutines share round trips, get exactly the decisions one at a time
+// would give (the limit, exactly), and leave the combiner idle.
+func TestPipelineBatchesAndStaysExact(t *testing.T) {
+	c := redistest.Real(t)
+	hook := &pipelineCounter{}
+	c.AddHook(hook)
+	r := NewRedis(c, WithMaxInFlight(1))
+	s := algorithm.SlidingWindowLog(500, time.Hour)
+	prefix := redistest.Prefix()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 20 {
+				d, err := r.Decide(context.Background(), Request{Strategy: s, Prefix: prefix, Key: "k" + strconv.Itoa((g+i)%4), N: 1, Timeout: 10 * time.Second})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(4*320), admitted.Load(), "64*20 requests on 4 keys of limit 500: all 1280 admitted")
+	require.Greater(t, hook.max(), 1, "concurrent decisions shared a pipeline")
+	require.True(t, r.combine.idle())
+
+	// Now past the limit: 4 keys x 500 admitted in total, exactly.
+	admitted.Store(0)
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 20 {
+				d, err := r.Decide(context.Background(), Request{Strategy: s, Prefix: prefix, Key: "k" + strconv.Itoa((g+i)%4), N: 1, Timeout: 10 * time.Second})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(4*(500-320)), admitted.Load())
+}
+
+// A script flushed from the server is reloaded inside pipelines too: no
+// caller sees NOSCRIPT.
+func TestPipelineNoScript(t *testing.T) {
+	c := redistest.Real(t)
+	r := NewRedis(c, WithMaxInFlight(1))
+	prefix := redistest.Prefix()
+	for round := range 3 {
+		require.NoError(t, c.ScriptFlush(context.Background()).Err())
+		var wg sync.WaitGroup
+		for g := range 32 {
+			wg.Go(func() {
+				for _, s := range []algorithm.Strategy{algorithm.SlidingWindowLog(1000, time.Hour), algorithm.TokenBucket(1000, time.Hour, 1000), algorithm.FixedWindow(1000, time.Hour)} {
+					_, err := r.Decide(context.Background(), Request{Strategy: s, Prefix: prefix, Key: strconv.Itoa(g), N: 1, Timeout: 10 * time.Second})
+					if err != nil {
+						t.Errorf("round %d: %v", round, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	require.True(t, r.combine.idle())
+}
+
+// Callers whose deadline passes while Redis is blocked (DEBUG SLEEP) return
+// with context.DeadlineExceeded — whether queued, batched or chosen to lead —
+// and the combiner recovers: later decisions succeed and it ends idle.
+func TestPipelineAbandonment(t *testing.T) {
+	srv := redistest.StartServer(t, "--enable-debug-command", "yes")
+	c := srv.Client()
+	r := NewRedis(c, WithMaxInFlight(1))
+	s := algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)
+	sleeper := srv.Client()
+	slept := make(chan error, 1)
+	go func() { slept <- sleeper.Do(context.Background(), "DEBUG", "SLEEP", "0.5").Err() }()
+	require.Eventually(t, func() bool {
+		// The server is asleep once a PING cannot get through in 50ms.
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		return c.Ping(ctx).Err() != nil
+	}, 5*time.Second, 5*time.Millisecond)
+
+	var timedOut atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			_, err := r.Decide(context.Background(), Request{Strategy: s, Prefix: "p:", Key: strconv.Itoa(g), N: 1, Timeout: 30 * time.Millisecond})
+			if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+				timedOut.Add(1)
+			} else if err != nil {
+				t.Errorf("unexpected error: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	require.Positive(t, timedOut.Load(), "the blocked server made callers time out")
+	require.NoError(t, <-slept)
+
+	for g := range 32 {
+		wg.Go(func() {
+			_, err := r.Decide(context.Background(), Request{Strategy: s, Prefix: "p:", Key: strconv.Itoa(g), N: 1, Timeout: 10 * time.Second})
+			if err != nil {
+				t.Errorf("after recovery: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	require.Eventually(t, r.combine.idle, 10*time.Second, 5*time.Millisecond, "abandoned leaders finished their batches")
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
