@@ -106,9 +106,7 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 		return algorithm.Decision{}, ErrClosed
 	}
 	now := req.Now
-	if now.IsZero() {
-		now = m.clock()
-	} else if !m.callerTime.Load() {
+	if !now.IsZero() && !m.callerTime.Load() {
 		m.callerTime.Store(true)
 	}
 	k := memoryKey{prefix: req.Prefix, tag: req.Strategy.Script().Tag, key: req.Key}
@@ -116,6 +114,14 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if now.IsZero() {
+		// Read the clock under the lock, as Redis reads TIME inside the
+		// script: decisions on a key then see time in the order they are
+		// made. Read before it, a request preempted between the two would
+		// be decided after later ones with an earlier time, and a token
+		// bucket charges a clock behind its last writer for the difference.
+		now = m.clock()
+	}
 	st, found := sh.states[k]
 	if !found {
 		st = req.Strategy.NewState()
