@@ -180,7 +180,7 @@ func FuzzStrategyConfig(f *testing.F) {
 		if errNew != nil {
 			t.Fatalf("%s: valid strategy refused by New: %v", s.Name(), errNew)
 		}
-		clock := &virtualClock{}
+		clock := &propClock{}
 		lr, err := fleetlimit.New(s, rs, fleetlimit.WithClock(clock.Now), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(propTimeout))
 		if err != nil {
 			t.Fatal(err)
@@ -199,14 +199,14 @@ func FuzzStrategyConfig(f *testing.F) {
 			}
 			return fleetlimit.MaxTime
 		}
-		probes := []event{
+		probes := []propEvent{
 			{At: fuzzNow(), N: 1},
 			{At: fuzzNow(), N: min(limit, 3)},
 			{At: later(w / 2), N: 1},
 			{At: later(w), N: 2},
 		}
 		if limit < algorithm.MaxInt {
-			probes = append(probes, event{At: later(w), N: limit + 1})
+			probes = append(probes, propEvent{At: later(w), N: limit + 1})
 		}
 		for i, p := range probes {
 			clock.Set(p.At)

@@ -153,7 +153,7 @@ func TestPropertyMultiInstanceSharedRedis(t *testing.T) {
 	m, _ := redistest.Mini(t)
 	servers := []server{{"miniredis", m.Addr(), fleetMiniCases}, {"redis", redistest.RealAddr(t), fleetRealCases}}
 	redistest.Real(t) // fail early when the real server does not answer
-	for _, e := range entries(t) {
+	for _, e := range registryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, srv := range servers {
 				t.Run(srv.name, func(t *testing.T) {
@@ -166,7 +166,7 @@ func TestPropertyMultiInstanceSharedRedis(t *testing.T) {
 	}
 }
 
-func newClient(addr string) *redis.Client {
+func newFleetClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 }
 
@@ -174,7 +174,7 @@ func checkSharedRedis(addr string, e algorithm.Entry, f fleetCase) (string, erro
 	ctx := context.Background()
 	clients := make([]*redis.Client, f.K+1)
 	for i := range clients {
-		clients[i] = newClient(addr)
+		clients[i] = newFleetClient(addr)
 		defer clients[i].Close()
 	}
 	now, err := clients[0].Time(ctx).Result()
@@ -259,7 +259,7 @@ func checkSharedRedis(addr string, e algorithm.Entry, f fleetCase) (string, erro
 // each receives more than the limit. The same traffic through K limiters
 // over one shared store admits exactly the limit.
 func TestPropertyMultiInstancePerProcessMemory(t *testing.T) {
-	for _, e := range entries(t) {
+	for _, e := range registryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			checkProperty(t, fleetMemoryCases, prop.ForAll(func(f fleetCase) (string, error) {
 				s := e.New(f.Limit, midWindow(time.Now()))

@@ -35,15 +35,15 @@ var tightTiming = map[string]bool{
 // request is denied only when the window (t-W, t] already holds more than
 // limit-n (or n > limit), and Remaining is exactly what the window has left.
 func TestPropertyExactWindow(t *testing.T) {
-	bs := backends(t)
+	bs := propBackends(t)
 	found := false
-	for _, e := range entries(t) {
+	for _, e := range registryEntries(t) {
 		if !e.Exact {
 			continue
 		}
 		found = true
 		t.Run(e.Name, func(t *testing.T) {
-			checkOnBackends(t, bs, entryCases(e), func(s scenario, outs []outcome) string {
+			checkOnBackends(t, bs, entryCases(e), func(s propScenario, outs []propOutcome) string {
 				if msg := checkExactWindow(outs, s.Strat.S); msg != "" || e.Name != "sliding_window_log" {
 					return msg
 				}
@@ -58,7 +58,7 @@ func TestPropertyExactWindow(t *testing.T) {
 
 // checkExactWindow reports an interval of length W holding more than the
 // limit.
-func checkExactWindow(outs []outcome, s algorithm.Strategy) string {
+func checkExactWindow(outs []propOutcome, s algorithm.Strategy) string {
 	most, from, to := maxAdmittedIn(outs, s.Window())
 	if most > s.Limit() {
 		return fmt.Sprintf("admitted %d > limit %d within %v (from %s to %s), an interval shorter than the window %v",
@@ -70,12 +70,12 @@ func checkExactWindow(outs []outcome, s algorithm.Strategy) string {
 // checkSlidingLogModel compares every decision with the sliding-log model
 // computed from the admissions alone: a unit admitted at a counts at t iff
 // a > t - W.
-func checkSlidingLogModel(outs []outcome, s algorithm.Strategy) string {
+func checkSlidingLogModel(outs []propOutcome, s algorithm.Strategy) string {
 	limit, w := s.Limit(), s.Window().Microseconds()
 	type adm struct{ at, n int64 }
 	hist := make(map[string][]adm)
 	for i, o := range outs {
-		t := us(o.At)
+		t := o.At.UnixMicro()
 		var live int64
 		for _, a := range hist[o.Key] {
 			if a.at > t-w {
@@ -109,9 +109,9 @@ func checkSlidingLogModel(outs []outcome, s algorithm.Strategy) string {
 // and decides every request exactly as golang.org/x/time/rate's
 // Limiter.AllowN(t, n) does on the same timeline.
 func TestPropertyTokenBucket(t *testing.T) {
-	e := entry(t, "token_bucket")
-	newStrat := func(b backend, r *rand.Rand) stratCase { return tokenBucketCase(e, b, r) }
-	checkOnBackends(t, backends(t), newStrat, func(s scenario, outs []outcome) string {
+	e := registryEntry(t, "token_bucket")
+	newStrat := func(b propBackend, r *rand.Rand) stratCase { return tokenBucketCase(e, b, r) }
+	checkOnBackends(t, propBackends(t), newStrat, func(s propScenario, outs []propOutcome) string {
 		if msg := checkAgainstXTimeRate(outs, s.Strat); msg != "" {
 			return msg
 		}
@@ -122,7 +122,7 @@ func TestPropertyTokenBucket(t *testing.T) {
 // checkAgainstXTimeRate replays the outcomes on one x/time/rate Limiter per
 // key. Its Limit is computed as a float from rate and per, not with
 // rate.Every(per/rate), whose integer division would round the interval.
-func checkAgainstXTimeRate(outs []outcome, sc stratCase) string {
+func checkAgainstXTimeRate(outs []propOutcome, sc stratCase) string {
 	refs := make(map[string]*rate.Limiter)
 	for i, o := range outs {
 		ref, ok := refs[o.Key]
@@ -141,10 +141,10 @@ func checkAgainstXTimeRate(outs []outcome, sc stratCase) string {
 
 // checkTokenBucketBound checks sum*per <= burst*per + rate*d over every pair
 // of admissions of a key, in integer microseconds.
-func checkTokenBucketBound(outs []outcome, sc stratCase) string {
+func checkTokenBucketBound(outs []propOutcome, sc stratCase) string {
 	per := sc.Per.Microseconds()
-	for key, ko := range byKey(outs) {
-		var adm []outcome
+	for key, ko := range outcomesByKey(outs) {
+		var adm []propOutcome
 		for _, o := range ko {
 			if o.Res.Allowed {
 				adm = append(adm, o)
@@ -154,7 +154,7 @@ func checkTokenBucketBound(outs []outcome, sc stratCase) string {
 			var sum int64
 			for j := i; j < len(adm); j++ {
 				sum += adm[j].N
-				d := us(adm[j].At) - us(adm[i].At)
+				d := adm[j].At.UnixMicro() - adm[i].At.UnixMicro()
 				if sum*per > sc.Burst*per+sc.Rate*d {
 					return fmt.Sprintf("key %q: admitted %d within %v, more than burst %d + rate*d/per = %.3f",
 						key, sum, adm[j].At.Sub(adm[i].At), sc.Burst, float64(sc.Burst)+float64(sc.Rate*d)/float64(per))
@@ -170,7 +170,7 @@ func checkTokenBucketBound(outs []outcome, sc stratCase) string {
 // says (not over-strict either), and never more than 2*limit in any interval
 // of length W: the flaw is bounded by two windows.
 func TestPropertyFixedWindow(t *testing.T) {
-	checkOnBackends(t, backends(t), entryCases(entry(t, "fixed_window")), func(s scenario, outs []outcome) string {
+	checkOnBackends(t, propBackends(t), entryCases(registryEntry(t, "fixed_window")), func(s propScenario, outs []propOutcome) string {
 		if msg := checkFixedWindowModel(outs, s.Strat.S); msg != "" {
 			return msg
 		}
@@ -183,7 +183,7 @@ func TestPropertyFixedWindow(t *testing.T) {
 
 // checkFixedWindowModel compares every decision with a counter per key and
 // aligned window [i*W, (i+1)*W).
-func checkFixedWindowModel(outs []outcome, s algorithm.Strategy) string {
+func checkFixedWindowModel(outs []propOutcome, s algorithm.Strategy) string {
 	limit, w := s.Limit(), s.Window().Microseconds()
 	type win struct {
 		key string
@@ -191,7 +191,7 @@ func checkFixedWindowModel(outs []outcome, s algorithm.Strategy) string {
 	}
 	count := make(map[win]int64)
 	for i, o := range outs {
-		k := win{o.Key, us(o.At) / w} // times are after 1970: division floors
+		k := win{o.Key, o.At.UnixMicro() / w} // times are after 1970: division floors
 		fits := o.N <= limit && count[k]+o.N <= limit
 		if o.Res.Allowed != fits {
 			return fmt.Sprintf("request %d (%q n=%d at +%v): Allowed %v, but its aligned window held %d of %d",
@@ -225,7 +225,7 @@ func (eb edgeBurst) String() string {
 
 // edgeBurstGen generates boundary bursts; Delta is 1 to 3 grains or anywhere
 // below the window.
-func edgeBurstGen(b backend) gopter.Gen {
+func edgeBurstGen(b propBackend) gopter.Gen {
 	split := func(r *rand.Rand, total int64) []int64 {
 		var cs []int64
 		for total > 0 {
@@ -257,13 +257,13 @@ func edgeBurstGen(b backend) gopter.Gen {
 	}
 }
 
-func (eb edgeBurst) events() (edge time.Time, evs []event) {
+func (eb edgeBurst) events() (edge time.Time, evs []propEvent) {
 	edge = edgeAfter(epoch2026, eb.Window).Add(eb.Window)
 	for _, c := range eb.First {
-		evs = append(evs, event{At: edge.Add(-eb.Delta), Key: "alice", N: c})
+		evs = append(evs, propEvent{At: edge.Add(-eb.Delta), Key: "alice", N: c})
 	}
 	for _, c := range eb.Second {
-		evs = append(evs, event{At: edge, Key: "alice", N: c})
+		evs = append(evs, propEvent{At: edge, Key: "alice", N: c})
 	}
 	return edge, evs
 }
@@ -274,18 +274,18 @@ func (eb edgeBurst) events() (edge time.Time, evs []event) {
 // admitted in any interval of length W is exactly 2*limit. Every Exact
 // algorithm given the same timeline admits exactly limit.
 func TestPropertyFixedWindowBoundaryBurst(t *testing.T) {
-	fixed := entry(t, "fixed_window")
+	fixed := registryEntry(t, "fixed_window")
 	var exact []algorithm.Entry
-	for _, e := range entries(t) {
+	for _, e := range registryEntries(t) {
 		if e.Exact {
 			exact = append(exact, e)
 		}
 	}
-	for _, b := range backends(t) {
+	for _, b := range propBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			checkProperty(t, b.cases, prop.ForAll(func(eb edgeBurst) (string, error) {
 				_, evs := eb.events()
-				r, err := newRig(b.store, fixed.New(eb.Limit, eb.Window))
+				r, err := newPropRig(b.store, fixed.New(eb.Limit, eb.Window))
 				if err != nil {
 					return "", err
 				}
@@ -304,7 +304,7 @@ func TestPropertyFixedWindowBoundaryBurst(t *testing.T) {
 						most, to.Sub(from), 2*eb.Limit, eb.Delta), nil
 				}
 				for _, e := range exact {
-					r, err := newRig(b.store, e.New(eb.Limit, eb.Window))
+					r, err := newPropRig(b.store, e.New(eb.Limit, eb.Window))
 					if err != nil {
 						return "", err
 					}
@@ -333,10 +333,10 @@ func TestPropertyFixedWindowBoundaryBurst(t *testing.T) {
 // falsify it: the boundary burst is found by search, not only by the
 // hand-built timeline above. The counterexample is logged.
 func TestPropertyFixedWindowFlawFound(t *testing.T) {
-	e := entry(t, "fixed_window")
-	for _, b := range backends(t) {
+	e := registryEntry(t, "fixed_window")
+	for _, b := range propBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
-			exact := scenarioProp(b, entryCases(e), func(s scenario, outs []outcome) string {
+			exact := scenarioProp(b, entryCases(e), func(s propScenario, outs []propOutcome) string {
 				return checkExactWindow(outs, s.Strat.S)
 			})
 			params := propParams(t, b.cases)
@@ -346,7 +346,7 @@ func TestPropertyFixedWindowFlawFound(t *testing.T) {
 				gopter.NewFormatedReporter(true, 1<<20, &out).ReportTestResult(t.Name(), res)
 				t.Fatalf("want the exactness property falsified for the fixed window, got: %s\nseed %d", out.String(), params.Seed())
 			}
-			s := res.Args[0].Arg.(scenario)
+			s := res.Args[0].Arg.(propScenario)
 			outs, err := runScenario(b.store, s)
 			if err != nil {
 				t.Fatal(err)
@@ -372,13 +372,13 @@ func TestPropertyFixedWindowFlawFound(t *testing.T) {
 // built-in algorithms both waits are also tight: one microsecond earlier is
 // denied.
 func TestPropertyResultConsistency(t *testing.T) {
-	bs := backends(t)
-	for _, e := range entries(t) {
+	bs := propBackends(t)
+	for _, e := range registryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, b := range bs {
 				t.Run(b.name, func(t *testing.T) {
 					g := scenarioGen(b, func(r *rand.Rand) stratCase { return entryCase(e, b, r) }, false)
-					checkProperty(t, b.cases, prop.ForAll(func(s scenario) (string, error) {
+					checkProperty(t, b.cases, prop.ForAll(func(s propScenario) (string, error) {
 						return checkConsistency(b.store, s, tightTiming[e.Name])
 					}, g))
 				})
@@ -388,7 +388,7 @@ func TestPropertyResultConsistency(t *testing.T) {
 }
 
 // resultInvariants checks one Result against the contract.
-func resultInvariants(s algorithm.Strategy, ev event, r fleetlimit.Result) string {
+func resultInvariants(s algorithm.Strategy, ev propEvent, r fleetlimit.Result) string {
 	limit, w := s.Limit(), s.Window()
 	switch {
 	case r.Limit != limit:
@@ -417,17 +417,17 @@ func resultInvariants(s algorithm.Strategy, ev event, r fleetlimit.Result) strin
 
 // checkConsistency runs the scenario (sorted: time never runs backwards for
 // a key) checking every Result, then probes its last decision.
-func checkConsistency(st store.Store, s scenario, tight bool) (string, error) {
+func checkConsistency(st store.Store, s propScenario, tight bool) (string, error) {
 	strat := s.Strat.S
 	evs := s.Events()
 	if len(evs) == 0 {
 		return "", nil
 	}
-	main, err := newRig(st, strat)
+	main, err := newPropRig(st, strat)
 	if err != nil {
 		return "", err
 	}
-	var last outcome
+	var last propOutcome
 	for i, ev := range evs {
 		res, err := main.at(ev)
 		if err != nil {
@@ -446,17 +446,17 @@ func checkConsistency(st store.Store, s scenario, tight bool) (string, error) {
 					i, ev.Key, ev.N, res, again), nil
 			}
 		}
-		last = outcome{ev, res}
+		last = propOutcome{ev, res}
 	}
 
-	ev, r := last.event, last.Res
+	ev, r := last.propEvent, last.Res
 	limit := strat.Limit()
-	probe := func(rg *rig, at time.Time, n int64) (fleetlimit.Result, error) {
-		return rg.at(event{At: at, Key: ev.Key, N: n})
+	probe := func(rg *propRig, at time.Time, n int64) (fleetlimit.Result, error) {
+		return rg.at(propEvent{At: at, Key: ev.Key, N: n})
 	}
 	// replay decides the last key's events again on a fresh rig.
-	replay := func() (*rig, error) {
-		rg, err := newRig(st, strat)
+	replay := func() (*propRig, error) {
+		rg, err := newPropRig(st, strat)
 		if err != nil {
 			return nil, err
 		}

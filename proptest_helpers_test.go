@@ -104,8 +104,8 @@ func runPattern(name string) string {
 	return strings.Join(parts, "/")
 }
 
-// backend is a store every property runs on.
-type backend struct {
+// propBackend is a store every property runs on.
+type propBackend struct {
 	name string
 	// real is the real redis-server, which expires keys in real time while
 	// the timelines run on a virtual clock: its timelines are in whole
@@ -125,24 +125,24 @@ const (
 	realCases   = 200
 )
 
-// backends returns the stores to run on: "memory", "miniredis", "redis"
+// propBackends returns the stores to run on: "memory", "miniredis", "redis"
 // (the real server that ./test.sh starts), all three when none is named.
-func backends(t *testing.T, names ...string) []backend {
+func propBackends(t *testing.T, names ...string) []propBackend {
 	t.Helper()
 	if len(names) == 0 {
 		names = []string{"memory", "miniredis", "redis"}
 	}
-	var bs []backend
+	var bs []propBackend
 	for _, name := range names {
 		switch name {
 		case "memory":
-			bs = append(bs, backend{name: name, store: propMemory(t), cases: memoryCases})
+			bs = append(bs, propBackend{name: name, store: propMemory(t), cases: memoryCases})
 		case "miniredis":
 			_, c := redistest.Mini(t)
-			bs = append(bs, backend{name: name, redis: true, store: store.NewRedis(c), cases: miniCases})
+			bs = append(bs, propBackend{name: name, redis: true, store: store.NewRedis(c), cases: miniCases})
 		case "redis":
 			c := redistest.Real(t)
-			bs = append(bs, backend{name: name, real: true, redis: true, store: store.NewRedis(c), cases: realCases})
+			bs = append(bs, propBackend{name: name, real: true, redis: true, store: store.NewRedis(c), cases: realCases})
 		default:
 			t.Fatalf("unknown backend %q", name)
 		}
@@ -165,7 +165,7 @@ func propMemory(t *testing.T) *store.Memory {
 // microsecond, or on the real server a second (the fixed window's TTL is
 // the time to the window's end, so an arrival a microsecond before an edge
 // would write a key that expires in a millisecond of real time).
-func (b backend) grain() time.Duration {
+func (b propBackend) grain() time.Duration {
 	if b.real {
 		return time.Second
 	}
@@ -174,7 +174,7 @@ func (b backend) grain() time.Duration {
 
 // maxJitter is the most sub-grain time added to an arrival, in µs: on the
 // real server up to 10ms, so that its Lua still sees microsecond times.
-func (b backend) maxJitter() int64 {
+func (b propBackend) maxJitter() int64 {
 	if b.real {
 		return 10_000
 	}
@@ -183,7 +183,7 @@ func (b backend) maxJitter() int64 {
 
 // window picks a window or period. Large limits get long windows on the
 // real server, so that a token bucket's time per token stays >= 1.5s.
-func (b backend) window(r *rand.Rand, large bool) time.Duration {
+func (b propBackend) window(r *rand.Rand, large bool) time.Duration {
 	if b.real {
 		if large {
 			return time.Duration(1800+r.Intn(1801)) * time.Second
@@ -213,7 +213,7 @@ type stratCase struct {
 
 // entryCase builds a strategy of e through the registry's constructor, with
 // a limit of 1 to 10 (1 in 5: 100 to 1100) and a window of the backend.
-func entryCase(e algorithm.Entry, b backend, r *rand.Rand) stratCase {
+func entryCase(e algorithm.Entry, b propBackend, r *rand.Rand) stratCase {
 	large := r.Intn(5) == 0
 	limit := 1 + r.Int63n(10)
 	if large {
@@ -235,7 +235,7 @@ func entryCase(e algorithm.Entry, b backend, r *rand.Rand) stratCase {
 // refill, above x/time/rate's truncation of waits below 1ns; and at least one
 // token per 5 minutes, so that its float64 bookkeeping stays far inside that
 // nanosecond. One case in three is the registry's constructor (burst = rate).
-func tokenBucketCase(e algorithm.Entry, b backend, r *rand.Rand) stratCase {
+func tokenBucketCase(e algorithm.Entry, b propBackend, r *rand.Rand) stratCase {
 	rate := 1 + r.Int63n(100)
 	var per time.Duration
 	if b.real {
@@ -264,10 +264,10 @@ func tokenBucketCase(e algorithm.Entry, b backend, r *rand.Rand) stratCase {
 		Desc: fmt.Sprintf("TokenBucket(%d, %v, %d)", rate, per, burst)}
 }
 
-// arrival is a burst of Repeat identical requests at one instant: Offset
+// propArrival is a burst of Repeat identical requests at one instant: Offset
 // grains (plus Jitter µs) from the Edge-th window edge after the timeline's
 // start. Most arrivals sit within 3 grains of an edge.
-type arrival struct {
+type propArrival struct {
 	Edge   int
 	Offset int64
 	Jitter int64
@@ -280,11 +280,11 @@ type arrival struct {
 // key if store.RedisKey's escaping were not one-to-one.
 var propKeys = []string{"alice", "{", "%7B"}
 
-func arrivalGen(b backend, limit int64, w time.Duration) gopter.Gen {
+func arrivalGen(b propBackend, limit int64, w time.Duration) gopter.Gen {
 	grains := max(1, int64(w/b.grain()))
 	return func(p *gopter.GenParameters) *gopter.GenResult {
 		r := p.Rng
-		a := arrival{Edge: 1 + r.Intn(3), Repeat: 1}
+		a := propArrival{Edge: 1 + r.Intn(3), Repeat: 1}
 		if r.Intn(5) < 3 {
 			a.Offset = r.Int63n(7) - 3 // at or around the edge
 		} else {
@@ -316,10 +316,10 @@ func arrivalGen(b backend, limit int64, w time.Duration) gopter.Gen {
 	}
 }
 
-// scenario is a strategy and a timeline of requests to it.
-type scenario struct {
+// propScenario is a strategy and a timeline of requests to it.
+type propScenario struct {
 	Strat    stratCase
-	Arrivals []arrival
+	Arrivals []propArrival
 	Base     time.Time     // the timeline's start, a window edge
 	Grain    time.Duration // of Arrival.Offset
 	// Unsorted keeps the arrivals in generated order, as clocks skewed
@@ -328,8 +328,8 @@ type scenario struct {
 	Unsorted bool
 }
 
-// event is one request of a timeline.
-type event struct {
+// propEvent is one request of a timeline.
+type propEvent struct {
 	At  time.Time
 	Key string
 	N   int64
@@ -340,13 +340,13 @@ var epoch2026 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // edgeAfter returns the first multiple of w since the Unix epoch at or after t.
 func edgeAfter(t time.Time, w time.Duration) time.Time {
-	us, wus := t.UnixMicro(), w.Microseconds()
-	return time.UnixMicro((us + wus - 1) / wus * wus).UTC()
+	tus, wus := t.UnixMicro(), w.Microseconds()
+	return time.UnixMicro((tus + wus - 1) / wus * wus).UTC()
 }
 
 // scenarioGen generates scenarios of the strategies newStrat builds. Shrinking
 // drops arrivals and keeps the strategy.
-func scenarioGen(b backend, newStrat func(*rand.Rand) stratCase, unsortedSometimes bool) gopter.Gen {
+func scenarioGen(b propBackend, newStrat func(*rand.Rand) stratCase, unsortedSometimes bool) gopter.Gen {
 	return func(p *gopter.GenParameters) *gopter.GenResult {
 		sc := newStrat(p.Rng)
 		w := sc.S.Window()
@@ -354,38 +354,38 @@ func scenarioGen(b backend, newStrat func(*rand.Rand) stratCase, unsortedSometim
 		unsorted := unsortedSometimes && p.Rng.Intn(3) == 0
 		inner := gen.SliceOf(arrivalGen(b, sc.S.Limit(), w))(p)
 		arr, _ := inner.Retrieve()
-		wrap := func(a []arrival) scenario {
-			return scenario{Strat: sc, Arrivals: a, Base: base, Grain: b.grain(), Unsorted: unsorted}
+		wrap := func(a []propArrival) propScenario {
+			return propScenario{Strat: sc, Arrivals: a, Base: base, Grain: b.grain(), Unsorted: unsorted}
 		}
 		shrinker := func(v any) gopter.Shrink {
-			return inner.Shrinker(v.(scenario).Arrivals).Map(wrap)
+			return inner.Shrinker(v.(propScenario).Arrivals).Map(wrap)
 		}
-		return gopter.NewGenResult(wrap(arr.([]arrival)), shrinker)
+		return gopter.NewGenResult(wrap(arr.([]propArrival)), shrinker)
 	}
 }
 
 // Events expands the arrivals into requests, sorted by time unless Unsorted.
-func (s scenario) Events() []event {
+func (s propScenario) Events() []propEvent {
 	w := s.Strat.S.Window()
-	var evs []event
+	var evs []propEvent
 	for _, a := range s.Arrivals {
 		at := s.Base.Add(time.Duration(a.Edge)*w + time.Duration(a.Offset)*s.Grain + time.Duration(a.Jitter)*time.Microsecond)
 		if at.Before(s.Base) {
 			at = s.Base
 		}
 		for range a.Repeat {
-			evs = append(evs, event{At: at, Key: propKeys[a.Key], N: a.N})
+			evs = append(evs, propEvent{At: at, Key: propKeys[a.Key], N: a.N})
 		}
 	}
 	if !s.Unsorted {
-		slices.SortStableFunc(evs, func(x, y event) int { return x.At.Compare(y.At) })
+		slices.SortStableFunc(evs, func(x, y propEvent) int { return x.At.Compare(y.At) })
 	}
 	return evs
 }
 
 // String is what gopter prints for a failing case: the strategy and the
 // timeline relative to its start.
-func (s scenario) String() string {
+func (s propScenario) String() string {
 	var b strings.Builder
 	order := "sorted"
 	if s.Unsorted {
@@ -399,19 +399,19 @@ func (s scenario) String() string {
 	return b.String()
 }
 
-// virtualClock is a settable clock for WithClock.
-type virtualClock struct {
+// propClock is a settable clock for WithClock.
+type propClock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (c *virtualClock) Now() time.Time {
+func (c *propClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-func (c *virtualClock) Set(t time.Time) {
+func (c *propClock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = t
@@ -421,14 +421,14 @@ func (c *virtualClock) Set(t time.Time) {
 // loaded machine under -race is never mistaken for a store failure.
 const propTimeout = 10 * time.Second
 
-// rig is a limiter on a virtual clock over a fresh key prefix of a store.
-type rig struct {
+// propRig is a limiter on a virtual clock over a fresh key prefix of a store.
+type propRig struct {
 	lim   *fleetlimit.Limiter
-	clock *virtualClock
+	clock *propClock
 }
 
-func newRig(st store.Store, s algorithm.Strategy) (*rig, error) {
-	c := &virtualClock{}
+func newPropRig(st store.Store, s algorithm.Strategy) (*propRig, error) {
+	c := &propClock{}
 	lim, err := fleetlimit.New(s, st,
 		fleetlimit.WithClock(c.Now),
 		fleetlimit.WithKeyPrefix(redistest.Prefix()),
@@ -437,11 +437,11 @@ func newRig(st store.Store, s algorithm.Strategy) (*rig, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rig{lim: lim, clock: c}, nil
+	return &propRig{lim: lim, clock: c}, nil
 }
 
 // at decides ev at its time.
-func (r *rig) at(ev event) (fleetlimit.Result, error) {
+func (r *propRig) at(ev propEvent) (fleetlimit.Result, error) {
 	r.clock.Set(ev.At)
 	res, err := r.lim.AllowN(context.Background(), ev.Key, ev.N)
 	if err != nil {
@@ -450,28 +450,28 @@ func (r *rig) at(ev event) (fleetlimit.Result, error) {
 	return res, nil
 }
 
-// outcome is a decided event.
-type outcome struct {
-	event
+// propOutcome is a decided event.
+type propOutcome struct {
+	propEvent
 	Res fleetlimit.Result
 }
 
 // run decides every event in order.
-func (r *rig) run(evs []event) ([]outcome, error) {
-	outs := make([]outcome, 0, len(evs))
+func (r *propRig) run(evs []propEvent) ([]propOutcome, error) {
+	outs := make([]propOutcome, 0, len(evs))
 	for _, ev := range evs {
 		res, err := r.at(ev)
 		if err != nil {
 			return nil, err
 		}
-		outs = append(outs, outcome{ev, res})
+		outs = append(outs, propOutcome{ev, res})
 	}
 	return outs, nil
 }
 
 // runScenario decides the scenario's events on a fresh rig over st.
-func runScenario(st store.Store, s scenario) ([]outcome, error) {
-	r, err := newRig(st, s.Strat.S)
+func runScenario(st store.Store, s propScenario) ([]propOutcome, error) {
+	r, err := newPropRig(st, s.Strat.S)
 	if err != nil {
 		return nil, err
 	}
@@ -479,15 +479,15 @@ func runScenario(st store.Store, s scenario) ([]outcome, error) {
 }
 
 // entryCases is entryCase for checkOnBackends.
-func entryCases(e algorithm.Entry) func(backend, *rand.Rand) stratCase {
-	return func(b backend, r *rand.Rand) stratCase { return entryCase(e, b, r) }
+func entryCases(e algorithm.Entry) func(propBackend, *rand.Rand) stratCase {
+	return func(b propBackend, r *rand.Rand) stratCase { return entryCase(e, b, r) }
 }
 
 // scenarioProp is the property that check finds nothing wrong (returns "")
 // in the outcomes of every sorted scenario of newStrat run on b.
-func scenarioProp(b backend, newStrat func(backend, *rand.Rand) stratCase, check func(scenario, []outcome) string) gopter.Prop {
+func scenarioProp(b propBackend, newStrat func(propBackend, *rand.Rand) stratCase, check func(propScenario, []propOutcome) string) gopter.Prop {
 	g := scenarioGen(b, func(r *rand.Rand) stratCase { return newStrat(b, r) }, false)
-	return prop.ForAll(func(s scenario) (string, error) {
+	return prop.ForAll(func(s propScenario) (string, error) {
 		outs, err := runScenario(b.store, s)
 		if err != nil {
 			return "", err
@@ -497,7 +497,7 @@ func scenarioProp(b backend, newStrat func(backend, *rand.Rand) stratCase, check
 }
 
 // checkOnBackends checks scenarioProp on every backend, one subtest each.
-func checkOnBackends(t *testing.T, bs []backend, newStrat func(backend, *rand.Rand) stratCase, check func(scenario, []outcome) string) {
+func checkOnBackends(t *testing.T, bs []propBackend, newStrat func(propBackend, *rand.Rand) stratCase, check func(propScenario, []propOutcome) string) {
 	t.Helper()
 	for _, b := range bs {
 		t.Run(b.name, func(t *testing.T) {
@@ -506,8 +506,8 @@ func checkOnBackends(t *testing.T, bs []backend, newStrat func(backend, *rand.Ra
 	}
 }
 
-// entries returns the registry, failing t if it is empty.
-func entries(t *testing.T) []algorithm.Entry {
+// registryEntries returns the registry, failing t if it is empty.
+func registryEntries(t *testing.T) []algorithm.Entry {
 	t.Helper()
 	es := algorithm.Registry()
 	if len(es) == 0 {
@@ -516,9 +516,9 @@ func entries(t *testing.T) []algorithm.Entry {
 	return es
 }
 
-// entry returns the registry entry named name, failing t if there is none:
+// registryEntry returns the registry entry named name, failing t if there is none:
 // a guarantee keyed by a name that left the registry must not pass silently.
-func entry(t *testing.T, name string) algorithm.Entry {
+func registryEntry(t *testing.T, name string) algorithm.Entry {
 	t.Helper()
 	for _, e := range algorithm.Registry() {
 		if e.Name == name {
@@ -529,24 +529,21 @@ func entry(t *testing.T, name string) algorithm.Entry {
 	return algorithm.Entry{}
 }
 
-// byKey groups outcomes by key, keeping their order.
-func byKey(outs []outcome) map[string][]outcome {
-	m := make(map[string][]outcome)
+// outcomesByKey groups outcomes by key, keeping their order.
+func outcomesByKey(outs []propOutcome) map[string][]propOutcome {
+	m := make(map[string][]propOutcome)
 	for _, o := range outs {
 		m[o.Key] = append(m[o.Key], o)
 	}
 	return m
 }
 
-// us is t in microseconds since the Unix epoch.
-func us(t time.Time) int64 { return t.UnixMicro() }
-
 // maxAdmittedIn returns the most cost admitted to one key in any half-open
 // interval of length w, and the first and last admission of that interval.
 // outs must be sorted by time.
-func maxAdmittedIn(outs []outcome, w time.Duration) (most int64, from, to time.Time) {
-	for _, ko := range byKey(outs) {
-		var adm []outcome
+func maxAdmittedIn(outs []propOutcome, w time.Duration) (most int64, from, to time.Time) {
+	for _, ko := range outcomesByKey(outs) {
+		var adm []propOutcome
 		for _, o := range ko {
 			if o.Res.Allowed {
 				adm = append(adm, o)

@@ -20,21 +20,21 @@ import (
 // too. A change to one twin that is not made in the other fails here.
 func TestPropertyTwinAgreement(t *testing.T) {
 	mem := propMemory(t)
-	bs := backends(t, "miniredis", "redis")
-	for _, e := range entries(t) {
+	bs := propBackends(t, "miniredis", "redis")
+	for _, e := range registryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, b := range bs {
 				t.Run(b.name, func(t *testing.T) {
 					g := scenarioGen(b, func(r *rand.Rand) stratCase { return twinCase(e, b, r) }, true)
-					checkProperty(t, b.cases, prop.ForAll(func(s scenario) (string, error) {
+					checkProperty(t, b.cases, prop.ForAll(func(s propScenario) (string, error) {
 						if err := s.Strat.S.Validate(); err != nil {
 							return "", err
 						}
-						goRule, err := newRig(mem, s.Strat.S)
+						goRule, err := newPropRig(mem, s.Strat.S)
 						if err != nil {
 							return "", err
 						}
-						lua, err := newRig(b.store, s.Strat.S)
+						lua, err := newPropRig(b.store, s.Strat.S)
 						if err != nil {
 							return "", err
 						}
@@ -64,7 +64,7 @@ func TestPropertyTwinAgreement(t *testing.T) {
 // period and burst, so that rates that do not divide the period (the
 // "<tat>:<e>" encoding) and large unit counts are compared too. On the real
 // server a token still takes at least a second.
-func twinCase(e algorithm.Entry, b backend, r *rand.Rand) stratCase {
+func twinCase(e algorithm.Entry, b propBackend, r *rand.Rand) stratCase {
 	if e.Name != "token_bucket" || r.Intn(2) == 0 {
 		return entryCase(e, b, r)
 	}
