@@ -113,9 +113,7 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 		return algorithm.Decision{}, ErrClosed
 	}
 	now := req.Now
-	if now.IsZero() {
-		now = m.clock()
-	} else if !m.callerTime.Load() {
+	if !now.IsZero() && !m.callerTime.Load() {
 		m.callerTime.Store(true)
 	}
 	tag := req.Strategy.Script().Tag
@@ -129,6 +127,14 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	}
 
 	sh.mu.Lock()
+	if now.IsZero() {
+		// Read the clock under the lock, as Redis reads TIME inside the
+		// script: decisions on a key then see time in the order they are
+		// made. Read before it, a request preempted between the two would
+		// be decided after later ones with an earlier time, and a token
+		// bucket charges a clock behind its last writer for the difference.
+		now = m.clock()
+	}
 	e := sh.entries[h]
 	for e != nil && (e.key != req.Key || e.prefix != req.Prefix || e.tag != tag) {
 		e = e.next
