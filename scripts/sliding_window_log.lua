@@ -22,30 +22,40 @@ if now == nil then
 end
 
 -- Time never runs backwards for one key: a caller whose clock is behind the
--- newest admission is judged at that admission's time. This keeps member
--- names unique (below) and stops a slow clock from evicting early.
-local newest_at = nil
+-- newest admission is judged at that admission's time. This stops a slow
+-- clock from evicting early, and keeps member names unique (below).
+local newest_at, newest_seq = nil, 0
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if newest[2] then
   newest_at = tonumber(newest[2])
   if newest_at > now then now = newest_at end
+  if newest_at == now then
+    -- Units admitted at this same instant number on from the newest one.
+    local m = newest[1]
+    newest_seq = tonumber(string.sub(m, string.find(m, ':', 1, true) + 2)) or 0
+  end
 end
 
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
 local count = redis.call('ZCARD', key)
 
 if n <= limit and count + n <= limit then
-  -- Members are "<now mod 2*window>:<count+i>". Two live members are less than
-  -- one window apart, so different admission times never share a residue;
-  -- members admitted at the same (clamped, non-decreasing) time number
-  -- themselves from the count, which only grows between them. The residue
-  -- keeps members short: memory is spent per admitted unit.
+  -- Members are "<now mod 2*window>:<seq>". Two live members are less than
+  -- one window apart, so different admission times never share a residue,
+  -- and the residue keeps members short (memory is spent per unit). Units
+  -- of one instant are numbered 1, 2, ... on from the newest such unit; seq
+  -- is written with its digit count first ("a9" < "b10"), so that Redis's
+  -- order of equal-score members (by bytes) puts the highest seq last, where
+  -- ZRANGE -1 -1 above finds it. (Numbering from the count is not enough: an
+  -- eviction by a later, denied request can shrink the count while units of
+  -- the newest instant remain.)
   local stamp = string.format('%d', now)
   local prefix = string.format('%d', now % (2 * window)) .. ':'
   local args = {}
   for i = 1, n do
+    local seq = string.format('%d', newest_seq + i)
     args[#args + 1] = stamp
-    args[#args + 1] = prefix .. string.format('%d', count + i)
+    args[#args + 1] = prefix .. string.char(96 + #seq) .. seq
     if #args >= 1000 then
       redis.call('ZADD', key, unpack(args))
       args = {}

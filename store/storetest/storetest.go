@@ -37,6 +37,7 @@ func Run(t *testing.T, open Open) {
 		fn   func(*testing.T, store.Store)
 	}{
 		{"MatchesGoRule", testMatchesGoRule},
+		{"ClockBehindAfterEviction", testClockBehindAfterEviction},
 		{"AdmittedCounts", testAdmittedCounts},
 		{"Values", testValues},
 		{"NeverPassable", testNeverPassable},
@@ -85,6 +86,34 @@ func testMatchesGoRule(t *testing.T, s store.Store) {
 			got := decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "k", N: n, Now: now})
 			require.Equal(t, want, got, "%s step %d at %v n=%d", e.Name, i, now.Sub(T0), n)
 		}
+	}
+}
+
+// testClockBehindAfterEviction replays a timeline found by the twin property
+// test: a denied request at a later time evicts old units, then a clock
+// behind is judged at the newest admission's instant, where units already
+// exist. Every admission must still count (the Lua twin once reused member
+// names there, and ZADD overwrote two units).
+func testClockBehindAfterEviction(t *testing.T, s store.Store) {
+	strat := algorithm.SlidingWindowLog(7, 5*time.Minute)
+	st := strat.NewState()
+	p := prefix()
+	for i, x := range []struct {
+		at time.Duration
+		n  int64
+	}{
+		{10 * time.Minute, 2},
+		{14*time.Minute + 58*time.Second, 1}, {14*time.Minute + 58*time.Second, 1},
+		{14*time.Minute + 58*time.Second, 1}, {14*time.Minute + 58*time.Second, 1},
+		{15*time.Minute + time.Second, 7}, // denied; evicts the units from 10m
+		{12 * time.Minute, 2},             // behind: judged at 14m58s, admitted
+		{12 * time.Minute, 2},             // denied: 6 of 7 are live
+	} {
+		now := T0.Add(x.at)
+		want, err := strat.Decide(st, now, x.n)
+		require.NoError(t, err)
+		got := decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "k", N: x.n, Now: now})
+		require.Equal(t, want, got, "step %d", i)
 	}
 }
 
