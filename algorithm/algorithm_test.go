@@ -111,6 +111,7 @@ func TestValidate(t *testing.T) {
 		"log limit 0":         algorithm.SlidingWindowLog(0, time.Minute),
 		"log limit -1":        algorithm.SlidingWindowLog(-1, time.Minute),
 		"log limit 2^53+1":    algorithm.SlidingWindowLog(algorithm.MaxInt+1, time.Minute),
+		"log limit 10^6+1":    algorithm.SlidingWindowLog(algorithm.MaxLogLimit+1, time.Minute),
 		"log window 0":        algorithm.SlidingWindowLog(1, 0),
 		"log window negative": algorithm.SlidingWindowLog(1, -time.Second),
 		"log window 999µs":    algorithm.SlidingWindowLog(1, 999*time.Microsecond),

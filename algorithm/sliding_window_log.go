@@ -1,6 +1,7 @@
 package algorithm
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -8,6 +9,11 @@ import (
 )
 
 var slidingWindowLogScript = NewScript("sl", scripts.SlidingWindowLog)
+
+// MaxLogLimit is the largest limit SlidingWindowLog accepts: at a million
+// units a key's log holds up to a million sorted-set members (~100 MB) and
+// one admission of the whole limit keeps Redis busy for about a second.
+const MaxLogLimit = 1_000_000
 
 // SlidingWindowLog returns the exact strategy: in every interval of length
 // window, at most limit units of cost are admitted.
@@ -57,6 +63,9 @@ func (s *slidingWindowLog) NewState() State       { return &slidingLogState{} }
 func (s *slidingWindowLog) Validate() error {
 	if err := checkCount("sliding window log", "limit", s.limit); err != nil {
 		return err
+	}
+	if s.limit > MaxLogLimit {
+		return fmt.Errorf("sliding window log: limit %d is above %d: the log keeps one entry per admitted unit, so use TokenBucket for large limits: %w", s.limit, MaxLogLimit, ErrInvalidStrategy)
 	}
 	return checkWindow("sliding window log", "window", s.d)
 }

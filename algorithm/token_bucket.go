@@ -26,11 +26,13 @@ var tokenBucketScript = NewScript("tb", scripts.TokenBucket)
 // exact. burst*per/gcd(rate, per µs) must stay below 2^53; Validate says so
 // when it does not.
 //
-// Elapsed time is clamped at zero: a request whose clock is behind the last
-// writer's sees no refill, and at worst an empty bucket. With client clocks
-// (fleetlimit.WithClock) skewed by at most δ, a clock ahead of the others can
-// take at most δ*rate/per extra tokens, once; with the default Redis server
-// TIME, none.
+// Time never runs backwards for a key: a request whose clock is behind the
+// last writer's gets no refill for the gap — it sees the bucket as the last
+// writer left it, charged for the lag, and at worst empty — so a slow clock
+// never takes extra tokens. With client clocks (fleetlimit.WithClock) skewed
+// by at most δ, a clock ahead of the others can take at most δ*rate/per extra
+// tokens, once; with the default Redis server TIME, none. The equality with
+// x/time/rate holds for timelines whose time never runs backwards.
 //
 // The returned Strategy is safe for concurrent use. Invalid parameters are
 // reported by Validate, never by a panic.
