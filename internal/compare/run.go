@@ -64,7 +64,8 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 	// outlive their use (see the package doc).
 	w := r.cfg.Window.Microseconds()
 	origin := (time.Now().UnixMicro()/w + 2) * w
-	prefix := fmt.Sprintf("fleetlimit-compare:%s:%d:", r.runID, j.index)
+	// A fixed-width job number keeps key names, and so MEMORY USAGE, alike.
+	prefix := fmt.Sprintf("fleetlimit-compare:%s:%04d:", r.runID, j.index)
 	measure := j.store == StoreRedis && !r.srv.Embedded()
 
 	stores, closeStores := r.stores(j)
