@@ -84,6 +84,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 	if *redisAddr != "" && *clusterTo != "" {
 		return usage("-redis and -cluster are exclusive")
 	}
+	// Config takes zero for "the default"; on the command line a zero was
+	// typed, so it is refused here.
+	if *users < 1 || *users > compare.MaxUsers {
+		return usage("-users %d, want 1 to %d", *users, compare.MaxUsers)
+	}
+	if *limit < 1 || *limit > compare.MaxLimit {
+		return usage("-limit %d, want 1 to %d", *limit, compare.MaxLimit)
+	}
+	if *window <= 0 {
+		return usage("-window %v, want 1s to 24h", *window)
+	}
+	names := splitList(*scenarios)
+	if len(names) == 0 {
+		return usage("-scenarios is empty, want some of %s", strings.Join(compare.Scenarios, ","))
+	}
 	sizes, err := parseInts(*instances)
 	if err != nil {
 		return usage("-instances: %v", err)
@@ -120,7 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 		Window:    *window,
 		Users:     *users,
 		Instances: sizes,
-		Scenarios: splitList(*scenarios),
+		Scenarios: names,
 	}
 	var line progressLine
 	if showProgress {

@@ -236,10 +236,13 @@ func (c *Config) validate() error {
 		bad("users %d, want 1 to %d", c.Users, MaxUsers)
 	}
 	for _, l := range c.MemoryLimits {
+		if !slices.Contains(c.Scenarios, ManyUsers) {
+			break
+		}
 		if l < 1 || l > 10*MaxLimit {
 			bad("memory limit %d, want 1 to %d", l, 10*MaxLimit)
 		} else if units := int64(c.usersAt(l)) * l; units > MaxUnits {
-			bad("%d users at a limit of %d would hold %d units (the sliding log keeps one entry per unit), want at most %d", c.usersAt(l), l, units, MaxUnits)
+			bad("%d users at a limit of %d would hold %d units (the sliding log keeps one entry per unit), want at most %d: lower the users or the limit", c.usersAt(l), l, units, MaxUnits)
 		}
 	}
 	for _, k := range c.Instances {

@@ -62,10 +62,10 @@ var columns = []column{
 	{head: "over", right: true, text: func(_ Report, r Row) string { return fmt.Sprintf("%+.1f%%", r.OverAdmission) }, raw: func(r Row) string { return strconv.FormatFloat(r.OverAdmission, 'f', 2, 64) }},
 	{head: "worst/limit", right: true, text: func(_ Report, r Row) string { return fmt.Sprintf("%.2f×", r.WorstWindow) }, raw: func(r Row) string { return strconv.FormatFloat(r.WorstWindow, 'f', 4, 64) }},
 	{head: "bytes/key", right: true, text: func(rep Report, r Row) string {
-		return optional(r.MemoryUsage, bytes, memoryMeasurable(rep, r))
+		return optional(r.MemoryUsage, formatBytes, memoryMeasurable(rep, r))
 	}, raw: func(r Row) string { return rawOptional(r.MemoryUsage) }},
 	{head: "used_memory/key", right: true, real: true, text: func(rep Report, r Row) string {
-		return optional(r.UsedMemory, bytes, memoryMeasurable(rep, r))
+		return optional(r.UsedMemory, formatBytes, memoryMeasurable(rep, r))
 	}, raw: func(r Row) string { return rawOptional(r.UsedMemory) }},
 	{head: "cmds/decision", right: true, real: true, text: func(_ Report, r Row) string {
 		return optional(r.Commands, func(v float64) string { return fmt.Sprintf("%.2f", v) }, false)
@@ -90,8 +90,8 @@ func (rep *Report) shown() []column {
 	return cols
 }
 
-// bytes formats a byte count.
-func bytes(v float64) string { return thousands(int64(v + 0.5)) }
+// formatBytes formats a byte count.
+func formatBytes(v float64) string { return thousands(int64(v + 0.5)) }
 
 // micros formats microseconds as µs or ms.
 func micros(us float64) string {

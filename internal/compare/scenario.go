@@ -38,21 +38,24 @@ func (c *Config) plans() ([]plan, error) {
 			ps = append(ps, boundaryPlan(c.Limit, w, both))
 		case Overload:
 			for _, r := range []struct{ num, den int64 }{{3, 2}, {3, 1}} {
-				ps = append(ps, overloadPlan(c.Limit, w, r.num, r.den, c.OverloadUsers, c.OverloadWindows, both))
+				p, err := overloadPlan(c.Limit, w, r.num, r.den, c.OverloadUsers, c.OverloadWindows, both)
+				if err != nil {
+					return nil, err
+				}
+				ps = append(ps, p)
 			}
 		case Fleet:
 			for _, k := range c.Instances {
-				ps = append(ps, fleetPlan(c.Limit, w, k, c.FleetUsers, c.FleetWindows, both))
+				p, err := fleetPlan(c.Limit, w, k, c.FleetUsers, c.FleetWindows, both)
+				if err != nil {
+					return nil, err
+				}
+				ps = append(ps, p)
 			}
 		case ManyUsers:
 			for _, l := range c.MemoryLimits {
 				ps = append(ps, manyUsersPlan(l, w, c.usersAt(l)))
 			}
-		}
-	}
-	for _, p := range ps {
-		if len(p.traffic) >= maxEvents {
-			return nil, fmt.Errorf("%w: the %s scenario would make more than %d decisions", ErrConfig, p.name, maxEvents)
 		}
 	}
 	return ps, nil
@@ -80,30 +83,30 @@ func boundaryPlan(limit, w int64, stores []string) plan {
 // windows windows, their phases spread over one request interval, starting
 // a third of a window past an edge (so that no algorithm is favoured by the
 // grid).
-func overloadPlan(limit, w, num, den int64, users, windows int, stores []string) plan {
+func overloadPlan(limit, w, num, den int64, users, windows int, stores []string) (plan, error) {
 	start := w / 3
 	end := start + int64(windows)*w
+	name := fmt.Sprintf("overload %gx", float64(num)/float64(den))
 	// request k (user k mod users) is at start + k*w*den / (num*limit*users)
-	evs := steady(start, end, w*den, num*limit*int64(users), users)
-	rate := fmt.Sprintf("%gx", float64(num)/float64(den))
+	evs, err := steady(name, start, end, w*den, num*limit*int64(users), users)
 	return plan{
-		name: "overload " + rate, limit: limit, users: users, instances: 1, stores: stores,
+		name: name, limit: limit, users: users, instances: 1, stores: stores,
 		traffic: evs,
-	}
+	}, err
 }
 
 // fleetPlan is users each sending evenly at 1.25*k times the limit for
 // windows windows, through k instances in round robin, so that every
 // instance sees 1.25 times the limit: k per-process counters admit k times
 // the limit, a shared store the limit.
-func fleetPlan(limit, w int64, k, users, windows int, stores []string) plan {
+func fleetPlan(limit, w int64, k, users, windows int, stores []string) (plan, error) {
 	start := w / 3
 	end := start + int64(windows)*w
-	evs := steady(start, end, 4*w, 5*int64(k)*limit*int64(users), users)
+	evs, err := steady("fleet", start, end, 4*w, 5*int64(k)*limit*int64(users), users)
 	return plan{
 		name: "fleet", limit: limit, users: users, instances: k, stores: stores,
 		traffic: evs, chart: true, from: start - w/6, to: end,
-	}
+	}, err
 }
 
 // manyUsersName is the many-users scenario's name in a Row.
@@ -124,13 +127,18 @@ func manyUsersPlan(limit, w int64, users int) plan {
 }
 
 // steady returns requests k = 0, 1, ... at start + k*num/den until end,
-// request k from user k mod users, all of cost 1.
-func steady(start, end, num, den int64, users int) []Event {
+// request k from user k mod users, all of cost 1. More than maxEvents is a
+// configuration error, found before anything is allocated.
+func steady(name string, start, end, num, den int64, users int) ([]Event, error) {
+	// k*num/den < end-start  <=>  k < (end-start)*den/num
+	if n := mulDiv(end-start, den, num) + 1; n > maxEvents {
+		return nil, fmt.Errorf("%w: the %s scenario would make more than %d decisions; lower the limit, users or windows", ErrConfig, name, maxEvents)
+	}
 	var evs []Event
 	for k := int64(0); ; k++ {
 		at := start + mulDiv(k, num, den)
-		if at >= end || len(evs) >= maxEvents {
-			return evs
+		if at >= end {
+			return evs, nil
 		}
 		evs = append(evs, Event{At: at, User: int(k % int64(users)), N: 1})
 	}
