@@ -36,10 +36,11 @@ const (
 // A Server is safe for concurrent use. Close releases what it opened: the
 // embedded server, and its own admin client.
 type Server struct {
-	kind  serverKind
-	mini  *miniredis.Miniredis
-	addrs []string
-	admin redis.UniversalClient
+	kind    serverKind
+	mini    *miniredis.Miniredis
+	addrs   []string
+	admin   redis.UniversalClient
+	version string // redis_version from INFO server, when known
 
 	closeOnce sync.Once
 }
@@ -91,6 +92,16 @@ func (s *Server) connect(ctx context.Context) (*Server, error) {
 		_ = s.admin.Close()
 		return nil, fmt.Errorf("compare: Redis at %s does not answer: %w", strings.Join(s.addrs, ","), err)
 	}
+	// The version only labels the report: a server that hides INFO still
+	// gets measured as far as it allows.
+	if text, err := s.admin.Info(ctx, "server").Result(); err == nil {
+		for line := range strings.SplitSeq(text, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				s.version = v
+				break
+			}
+		}
+	}
 	return s, nil
 }
 
@@ -99,13 +110,17 @@ func (s *Server) Embedded() bool { return s.kind == embedded }
 
 // String describes the server for reports.
 func (s *Server) String() string {
+	version := ""
+	if s.version != "" {
+		version = " " + s.version
+	}
 	switch s.kind {
 	case embedded:
 		return "embedded miniredis"
 	case cluster:
-		return "Redis Cluster " + strings.Join(s.addrs, ",")
+		return "Redis Cluster" + version + " at " + strings.Join(s.addrs, ",")
 	}
-	return "redis-server " + s.addrs[0]
+	return "redis-server" + version + " at " + s.addrs[0]
 }
 
 // NewClient returns a new client with its own connection pool, with context

@@ -3,6 +3,7 @@ package compare
 import (
 	"context"
 	"errors"
+	"regexp"
 	"testing"
 	"time"
 
@@ -79,6 +80,10 @@ func TestRealAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
+	// The report names the server with its version.
+	if name := srv.String(); !regexp.MustCompile(`^redis-server \d+\.\d+\.\d+ at \S+$`).MatchString(name) {
+		t.Errorf("server named %q", name)
+	}
 	key := redistest.Prefix() + "k"
 	before, err := srv.snapshot(ctx)
 	if err != nil {
