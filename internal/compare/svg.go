@@ -112,7 +112,7 @@ func (rep *Report) panels() []panel {
 		}
 		if s := fleet[k][StoreRedis]; len(s) > 0 {
 			ps = append(ps, panel{
-				title:  fmt.Sprintf("Fleet of %d instances in round robin, one shared Redis: the limit holds", k),
+				title:  fmt.Sprintf("Fleet of %d instances in round robin, one shared Redis: the fleet acts as one limiter", k),
 				series: s, xLabel: "seconds",
 				guides: []guide{{float64(rep.Limit), limit, "#333"}},
 			})
@@ -123,7 +123,7 @@ func (rep *Report) panels() []panel {
 				g = append(g, guide{float64(int64(k) * rep.Limit), fmt.Sprintf("%d × limit", k), "#999"})
 			}
 			ps = append(ps, panel{
-				title:  fmt.Sprintf("Fleet of %d instances in round robin, a memory store each: %d × the limit", k, k),
+				title:  fmt.Sprintf("Fleet of %d instances in round robin, a memory store each: %d × what one limiter admits", k, k),
 				series: s, xLabel: "seconds", guides: g,
 			})
 		}
