@@ -74,8 +74,9 @@ type Config struct {
 	Users int
 	// MemoryLimits are the limits at which the many-users scenario measures
 	// memory. Default Limit and 10*Limit, so that memory growing with the
-	// limit shows. Above Limit, Users*Limit/limit users (at least
-	// min(Users, 100)) take part.
+	// limit shows. Above Limit, Users*Limit/limit users take part, at most
+	// 1,000 (bytes per key need no more, and a sliding log of 1,000 members
+	// is about 100 KB) and at least min(Users, 100).
 	MemoryLimits []int64
 	// Instances are the fleet sizes. Default 1, 4, 16.
 	Instances []int
@@ -269,7 +270,7 @@ func (c *Config) usersAt(l int64) int {
 	if l <= c.Limit {
 		return c.Users
 	}
-	return max(int(int64(c.Users)*c.Limit/l), min(c.Users, 100))
+	return max(min(int(int64(c.Users)*c.Limit/l), 1000), min(c.Users, 100))
 }
 
 // Run runs every job of cfg against every registered algorithm and returns

@@ -64,6 +64,25 @@ func TestPlans(t *testing.T) {
 	}
 }
 
+func TestUsersAtHigherLimits(t *testing.T) {
+	for _, c := range []struct {
+		users int
+		limit int64
+		want  int
+	}{
+		{10_000, 100, 10_000}, // the configured limit: every user
+		{10_000, 1000, 1000},  // users x limit / limit
+		{1_000_000, 1000, 1000},
+		{20, 1000, 20},     // at least min(users, 100)
+		{500, 10_000, 100}, // 5, raised to 100
+	} {
+		cfg := Config{Users: c.users, Limit: 100}
+		if got := cfg.usersAt(c.limit); got != c.want {
+			t.Errorf("%d users at %d: %d, want %d", c.users, c.limit, got, c.want)
+		}
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, c := range []struct {
 		name string
