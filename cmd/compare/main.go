@@ -15,8 +15,9 @@
 // instances behind a round-robin load balancer) and many-users (10,000 users
 // at the limit, for Redis memory per key). Time is virtual, so minutes of
 // traffic take seconds. Against a real Redis, the run writes keys under
-// "fleetlimit-compare:" and removes them afterwards; INFO deltas assume that
-// nothing else is busy on that server.
+// "fleetlimit-compare:" and removes them after each row (an interrupted run
+// leaves them to expire within a window); INFO deltas assume that nothing
+// else is busy on that server.
 //
 // See docs/choosing.md for how to read the output.
 package main
