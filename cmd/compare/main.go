@@ -1,0 +1,224 @@
+// Command compare measures what every fleetlimit algorithm costs and how
+// accurate it is: it runs the same traffic through every registered
+// algorithm, over one Redis shared by the fleet and over a memory store per
+// instance, and prints a table.
+//
+// Usage:
+//
+//	go run ./cmd/compare                          embedded miniredis, no Redis needed
+//	go run ./cmd/compare -redis 127.0.0.1:6379    adds memory, commands and latency
+//	go run ./cmd/compare -cluster host1:7000,host2:7001
+//	go run ./cmd/compare -format markdown -svg docs/compare.svg
+//
+// Scenarios: boundary (limit requests just before a window edge and limit
+// just after), overload (users at 1.5x and 3x their limit), fleet (1, 4 and 16
+// instances behind a round-robin load balancer) and many-users (10,000 users
+// at the limit, for Redis memory per key). Time is virtual, so minutes of
+// traffic take seconds. Against a real Redis, the run writes keys under
+// "fleetlimit-compare:" and removes them after each row (an interrupted run
+// leaves them to expire within a window); INFO deltas assume that nothing
+// else is busy on that server.
+//
+// See docs/choosing.md for how to read the output.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/internal/compare"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, isTerminal(os.Stderr))
+	stop()
+	os.Exit(code)
+}
+
+// run is the command; it returns the exit code: 0, 1 for a failed run, 2 for
+// bad usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsTTY bool) int {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		redisAddr = fs.String("redis", "", "address (host:port) of a real redis-server to measure, instead of the embedded miniredis")
+		clusterTo = fs.String("cluster", "", "comma-separated seed addresses of a Redis Cluster to measure")
+		format    = fs.String("format", "text", "output format: "+strings.Join(compare.Formats, ", "))
+		svgFile   = fs.String("svg", "", "also write a chart of admissions over time (boundary burst and fleet) to this SVG file")
+		users     = fs.Int("users", 10_000, fmt.Sprintf("users at the limit in the many-users scenario (1 to %d)", compare.MaxUsers))
+		limit     = fs.Int64("limit", 100, "limit per window for every algorithm")
+		window    = fs.Duration("window", time.Minute, "window of the limit (1s to 24h)")
+		instances = fs.String("instances", "1,4,16", "fleet sizes, comma-separated")
+		scenarios = fs.String("scenarios", strings.Join(compare.Scenarios, ","), "scenarios to run, comma-separated")
+		progress  = fs.String("progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on, off")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: compare [flags]\n\nCompares every registered fleetlimit algorithm on accuracy, Redis memory and Redis load.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "compare: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return usage("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	if !slices.Contains(compare.Formats, *format) {
+		return usage("-format %q, want one of %s", *format, strings.Join(compare.Formats, ", "))
+	}
+	if *redisAddr != "" && *clusterTo != "" {
+		return usage("-redis and -cluster are exclusive")
+	}
+	// Config takes zero for "the default"; on the command line a zero was
+	// typed, so it is refused here.
+	if *users < 1 || *users > compare.MaxUsers {
+		return usage("-users %d, want 1 to %d", *users, compare.MaxUsers)
+	}
+	if *limit < 1 || *limit > compare.MaxLimit {
+		return usage("-limit %d, want 1 to %d", *limit, compare.MaxLimit)
+	}
+	if *window <= 0 {
+		return usage("-window %v, want 1s to 24h", *window)
+	}
+	names := splitList(*scenarios)
+	if len(names) == 0 {
+		return usage("-scenarios is empty, want some of %s", strings.Join(compare.Scenarios, ","))
+	}
+	sizes, err := parseInts(*instances)
+	if err != nil {
+		return usage("-instances: %v", err)
+	}
+	showProgress := false
+	switch *progress {
+	case "auto":
+		showProgress = stderrIsTTY
+	case "on":
+		showProgress = true
+	case "off":
+	default:
+		return usage("-progress %q, want auto, on or off", *progress)
+	}
+
+	var srv *compare.Server
+	switch {
+	case *redisAddr != "":
+		srv, err = compare.Standalone(ctx, *redisAddr)
+	case *clusterTo != "":
+		srv, err = compare.Cluster(ctx, strings.Split(*clusterTo, ","))
+	default:
+		srv, err = compare.Embedded()
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	defer func() { _ = srv.Close() }()
+
+	cfg := compare.Config{
+		Server:    srv,
+		Limit:     *limit,
+		Window:    *window,
+		Users:     *users,
+		Instances: sizes,
+		Scenarios: names,
+	}
+	var line progressLine
+	if showProgress {
+		line.w = stderr
+		cfg.Progress = line.show
+	}
+	rep, err := compare.Run(ctx, cfg)
+	line.clear()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		if errors.Is(err, compare.ErrConfig) {
+			return 2
+		}
+		return 1
+	}
+	if err := rep.Write(stdout, *format); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if *svgFile != "" {
+		if err := os.WriteFile(*svgFile, rep.Chart(), 0o644); err != nil {
+			fmt.Fprintln(stderr, "compare:", err)
+			return 1
+		}
+	}
+	if showProgress {
+		fmt.Fprintf(stderr, "compare: %d rows in %.1fs\n", len(rep.Rows), rep.Elapsed.Seconds())
+	}
+	return 0
+}
+
+// progressLine rewrites one line on a terminal, at most ten times a second.
+type progressLine struct {
+	w     io.Writer
+	last  time.Time
+	shown bool
+}
+
+func (p *progressLine) show(pr compare.Progress) {
+	if time.Since(p.last) < 100*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	p.shown = true
+	fmt.Fprintf(p.w, "\r\033[K[%d/%d] %s: %d/%d decisions", pr.Job, pr.Jobs, pr.Label, pr.Done, pr.Total)
+}
+
+func (p *progressLine) clear() {
+	if p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// parseInts parses a comma-separated list of integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, item := range splitList(s) {
+		n, err := strconv.Atoi(item)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an integer", item)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCmd(t *testing.T, tty bool, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb, tty)
+	return code, out.String(), errb.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-format", "xml"}, `-format "xml"`},
+		{[]string{"-users", "0"}, "-users 0"},
+		{[]string{"-users", "2000000"}, "-users 2000000"},
+		{[]string{"-instances", "1,x"}, `"x" is not an integer`},
+		{[]string{"-instances", "0", "-scenarios", "fleet"}, "fleet of 0"},
+		{[]string{"-scenarios", "boundary,nope"}, `unknown scenario "nope"`},
+		{[]string{"-window", "10ms"}, "window 10ms"},
+		{[]string{"-window", "0s"}, "-window 0s"},
+		{[]string{"-limit", "0"}, "-limit 0"},
+		{[]string{"-limit", "1", "-users", "1", "-scenarios", "fleet", "-instances", "65"}, "fleet of 65"},
+		{[]string{"-redis", "a:1", "-cluster", "b:2"}, "exclusive"},
+		{[]string{"-progress", "sometimes"}, `-progress "sometimes"`},
+		{[]string{"-scenarios", " , "}, "-scenarios is empty"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-nope"}, "flag provided but not defined"},
+	} {
+		code, stdout, stderr := runCmd(t, false, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) || stdout != "" {
+			t.Errorf("%v: exit %d, stderr %q, stdout %q; want exit 2 saying %q", c.args, code, stderr, stdout, c.want)
+		}
+	}
+}
+
+func TestUnreachableRedis(t *testing.T) {
+	code, _, stderr := runCmd(t, false, "-redis", "127.0.0.1:1")
+	if code != 1 || !strings.Contains(stderr, "does not answer") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestSmallRun(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "chart.svg")
+	code, stdout, stderr := runCmd(t, true, "-limit", "5", "-users", "10", "-instances", "1,4",
+		"-scenarios", "boundary,fleet", "-format", "json", "-svg", svg)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Limit int64
+		Rows  []struct {
+			Scenario, Algorithm, Store string
+			Admitted                   int64
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, stdout)
+	}
+	// Three algorithms x two stores x (boundary + two fleet sizes).
+	if rep.Limit != 5 || len(rep.Rows) != 18 {
+		t.Fatalf("limit %d, %d rows", rep.Limit, len(rep.Rows))
+	}
+	data, err := os.ReadFile(svg)
+	if err != nil || !bytes.HasPrefix(data, []byte("<svg")) || !bytes.Contains(data, []byte("Boundary burst")) {
+		t.Fatalf("chart: %v, %.80q", err, data)
+	}
+	// A terminal gets a progress line, and the summary.
+	if !strings.Contains(stderr, "[1/18]") || !strings.Contains(stderr, "18 rows in") {
+		t.Errorf("stderr %q", stderr)
+	}
+	// Not a terminal: no progress.
+	code, stdout, stderr = runCmd(t, false, "-limit", "5", "-scenarios", "boundary")
+	if code != 0 || stderr != "" || !strings.Contains(stdout, "boundary burst") {
+		t.Errorf("exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
+	}
+}

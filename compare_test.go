@@ -1,0 +1,298 @@
+package fleetlimit_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/compare"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+)
+
+// The comparison that cmd/compare prints, reduced so that it runs in seconds,
+// with what its table claims asserted. compareLimit is small so that the
+// embedded miniredis (a fresh Lua state per script call) stays fast.
+const (
+	compareLimit  = 10
+	compareWindow = time.Minute
+)
+
+var compareFleet = []int{1, 4, 16}
+
+// reducedComparison is the full comparison on fewer users and windows.
+func reducedComparison(srv *compare.Server, scenarios ...string) compare.Config {
+	return compare.Config{
+		Server: srv, Limit: compareLimit, Window: compareWindow, Scenarios: scenarios,
+		Users: 20, Instances: compareFleet,
+		OverloadUsers: 1, OverloadWindows: 3, FleetUsers: 1, FleetWindows: 1,
+	}
+}
+
+// rows indexes a report by scenario, algorithm, store and instances.
+type rows map[string]compare.Row
+
+func index(t *testing.T, rep *compare.Report) rows {
+	t.Helper()
+	out := rows{}
+	for _, r := range rep.Rows {
+		k := rowKey(r.Scenario, r.Algorithm, r.Store, r.Instances, r.Limit)
+		if _, dup := out[k]; dup {
+			t.Fatalf("two rows for %s", k)
+		}
+		out[k] = r
+	}
+	return out
+}
+
+func rowKey(scenario, algo, store string, k int, limit int64) string {
+	return fmt.Sprintf("%s/%s/%s/x%d/limit %d", scenario, algo, store, k, limit)
+}
+
+func (rs rows) get(t *testing.T, scenario, algo, store string, k int, limit int64) compare.Row {
+	t.Helper()
+	r, ok := rs[rowKey(scenario, algo, store, k, limit)]
+	if !ok {
+		t.Fatalf("no row %s", rowKey(scenario, algo, store, k, limit))
+	}
+	return r
+}
+
+func runComparison(t *testing.T, cfg compare.Config) *compare.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := compare.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// singleLimiter reports whether r's admissions were decided by one state per
+// user: one shared store, or a single instance.
+func singleLimiter(r compare.Row) bool {
+	return r.Store == compare.StoreRedis || r.Instances == 1
+}
+
+func TestCompareTruths(t *testing.T) {
+	srv, err := compare.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rep := runComparison(t, reducedComparison(srv))
+	rs := index(t, rep)
+	entries := algorithm.Registry()
+
+	// Every registered algorithm appears in every scenario.
+	for _, e := range entries {
+		rs.get(t, "boundary burst", e.Name, compare.StoreRedis, 1, compareLimit)
+		rs.get(t, "overload 3x", e.Name, compare.StoreMemory, 1, compareLimit)
+		rs.get(t, "many users", e.Name, compare.StoreRedis, 1, 10*compareLimit)
+	}
+
+	t.Run("fixed window admits twice the limit at a window edge", func(t *testing.T) {
+		for _, st := range []string{compare.StoreRedis, compare.StoreMemory} {
+			r := rs.get(t, "boundary burst", "fixed_window", st, 1, compareLimit)
+			if r.Admitted != 2*compareLimit || r.WorstWindow != 2 || r.Ideal != compareLimit {
+				t.Errorf("%s: admitted %d (ideal %d), worst %.2f x limit; want %d, %d, 2.00",
+					st, r.Admitted, r.Ideal, r.WorstWindow, 2*compareLimit, compareLimit)
+			}
+			if r.OverAdmission != 100 {
+				t.Errorf("%s: over-admission %.1f%%, want 100%%", st, r.OverAdmission)
+			}
+		}
+	})
+
+	t.Run("every algorithm stays within its bound", func(t *testing.T) {
+		for _, r := range rep.Rows {
+			if !singleLimiter(r) {
+				continue
+			}
+			switch e := entry(t, entries, r.Algorithm); {
+			case e.Exact:
+				// At most limit in any window-long interval.
+				if r.WorstWindow > 1 {
+					t.Errorf("%s %s %s x%d: %.2f x limit in one window, bound 1", r.Scenario, r.Algorithm, r.Store, r.Instances, r.WorstWindow)
+				}
+			case r.Algorithm == "token_bucket":
+				// burst + rate*d/per in any interval d: 2 x limit in a window.
+				if r.WorstWindow > 2 {
+					t.Errorf("%s %s x%d: %.2f x limit in one window, bound 2", r.Scenario, r.Store, r.Instances, r.WorstWindow)
+				}
+			}
+		}
+		for _, s := range rep.Series {
+			if s.Store == compare.StoreMemory && s.Instances > 1 {
+				continue
+			}
+			switch s.Algorithm {
+			case "token_bucket":
+				if err := conformsToBucket(s.Admitted, s.Limit, compareWindow, s.Limit); err != nil {
+					t.Errorf("%s %s x%d: %v", s.Scenario, s.Store, s.Instances, err)
+				}
+			case "fixed_window":
+				if err := withinAlignedWindows(s.Admitted, s.Limit, compareWindow); err != nil {
+					t.Errorf("%s %s x%d: %v", s.Scenario, s.Store, s.Instances, err)
+				}
+			}
+		}
+	})
+
+	checkFleet(t, rs, entries)
+
+	t.Run("memory is not guessed on the embedded server", func(t *testing.T) {
+		for _, r := range rep.Rows {
+			if r.MemoryUsage != nil || r.UsedMemory != nil || r.Commands != nil || r.LatencyP50 != nil || r.LatencyP99 != nil {
+				t.Errorf("%s %s %s: measured %+v on miniredis", r.Scenario, r.Algorithm, r.Store, r)
+			}
+			if r.Store == compare.StoreRedis && r.NotMeasured != "embedded" {
+				t.Errorf("%s %s: not_measured %q, want embedded", r.Scenario, r.Algorithm, r.NotMeasured)
+			}
+		}
+	})
+}
+
+// checkFleet asserts the fleet scenario's claims: per-process stores admit K
+// times what one instance does, a shared store exactly what one instance
+// does, and the exact algorithm exactly the limit.
+func checkFleet(t *testing.T, rs rows, entries []algorithm.Entry) {
+	t.Run("per-process stores over-admit K times", func(t *testing.T) {
+		for _, e := range entries {
+			one := rs.get(t, "fleet", e.Name, compare.StoreMemory, 1, compareLimit)
+			for _, k := range compareFleet[1:] {
+				r := rs.get(t, "fleet", e.Name, compare.StoreMemory, k, compareLimit)
+				// Each of the K instances sees the traffic one instance sees
+				// in the K=1 run (shifted by less than one request).
+				if lo, hi := int64(k)*one.Admitted-int64(k), int64(k)*one.Admitted+int64(k); r.Admitted < lo || r.Admitted > hi {
+					t.Errorf("%s x%d: admitted %d, want %d x %d (±%d)", e.Name, k, r.Admitted, k, one.Admitted, k)
+				}
+				if e.Exact && r.WorstWindow != float64(k) {
+					t.Errorf("%s x%d: worst %.2f x limit, want exactly %d (each instance is exact on its own)", e.Name, k, r.WorstWindow, k)
+				}
+			}
+		}
+	})
+	t.Run("a shared store admits what one limiter does", func(t *testing.T) {
+		for _, e := range entries {
+			for _, k := range compareFleet {
+				r := rs.get(t, "fleet", e.Name, compare.StoreRedis, k, compareLimit)
+				if r.Admitted != r.OneInstance {
+					t.Errorf("%s x%d shared: admitted %d, one instance alone admits %d", e.Name, k, r.Admitted, r.OneInstance)
+				}
+				if e.Exact && (r.Admitted != r.Ideal || r.WorstWindow != 1) {
+					t.Errorf("%s x%d shared: admitted %d (ideal %d), worst %.2f x limit; want exactly the limit",
+						e.Name, k, r.Admitted, r.Ideal, r.WorstWindow)
+				}
+			}
+		}
+	})
+}
+
+func entry(t *testing.T, entries []algorithm.Entry, name string) algorithm.Entry {
+	t.Helper()
+	i := slices.IndexFunc(entries, func(e algorithm.Entry) bool { return e.Name == name })
+	if i < 0 {
+		t.Fatalf("row for unregistered algorithm %q", name)
+	}
+	return entries[i]
+}
+
+// conformsToBucket checks that admissions never exceed a token bucket of
+// burst tokens refilled at rate per period: in every interval d, at most
+// burst + rate*d/period. It replays an exact bucket in integer units (one
+// token = period in µs; rate units refill per µs).
+func conformsToBucket(admitted []compare.Event, rate int64, period time.Duration, burst int64) error {
+	per := period.Microseconds()
+	capacity := burst * per
+	level, last := capacity, int64(0)
+	for i, ev := range admitted {
+		if i > 0 {
+			level = min(capacity, level+(ev.At-last)*rate)
+		}
+		last = ev.At
+		if level < ev.N*per {
+			return fmt.Errorf("admission %d at %dµs: %d units past the bound of %d + %d per %v", i, ev.At, ev.N, burst, rate, period)
+		}
+		level -= ev.N * per
+	}
+	return nil
+}
+
+// withinAlignedWindows checks that no epoch-aligned window admitted more than
+// limit. Admissions are relative to an origin that is a window edge.
+func withinAlignedWindows(admitted []compare.Event, limit int64, window time.Duration) error {
+	w := window.Microseconds()
+	perWindow := map[int64]int64{}
+	for _, ev := range admitted {
+		idx := ev.At / w
+		if ev.At < 0 && ev.At%w != 0 {
+			idx--
+		}
+		perWindow[idx] += ev.N
+		if perWindow[idx] > limit {
+			return fmt.Errorf("aligned window %d admitted %d, limit %d", idx, perWindow[idx], limit)
+		}
+	}
+	return nil
+}
+
+// TestCompareRealRedis runs the fleet scenario and the memory measurement on
+// the real redis-server: the shared-store claim holds on the real thing, and
+// MEMORY USAGE shows the token bucket constant and the sliding log growing
+// with the limit.
+func TestCompareRealRedis(t *testing.T) {
+	srv, err := compare.Standalone(context.Background(), redistest.RealAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	entries := algorithm.Registry()
+
+	rep := runComparison(t, reducedComparison(srv, compare.Fleet))
+	rs := index(t, rep)
+	checkFleet(t, rs, entries)
+	t.Run("measured on the real server", func(t *testing.T) {
+		for _, r := range rep.Rows {
+			if r.Store != compare.StoreRedis {
+				continue
+			}
+			// Other tests share the server, so commandstats can only
+			// over-count: every decision is an EVALSHA plus at least one
+			// command inside its script.
+			if r.Commands == nil || *r.Commands < 2 || r.LatencyP50 == nil || *r.LatencyP50 <= 0 || *r.LatencyP99 < *r.LatencyP50 {
+				t.Errorf("%s %s x%d: commands %v, p50 %v, p99 %v", r.Scenario, r.Algorithm, r.Instances, r.Commands, r.LatencyP50, r.LatencyP99)
+			}
+		}
+	})
+
+	t.Run("memory per key", func(t *testing.T) {
+		limits := []int64{10, 100, 1000}
+		cfg := reducedComparison(srv, compare.ManyUsers)
+		cfg.MemoryLimits = limits
+		rs := index(t, runComparison(t, cfg))
+		bytes := func(algo string, limit int64) float64 {
+			r := rs.get(t, "many users", algo, compare.StoreRedis, 1, limit)
+			if r.MemoryUsage == nil || *r.MemoryUsage <= 0 {
+				t.Fatalf("%s at %d: MEMORY USAGE not measured", algo, limit)
+			}
+			return *r.MemoryUsage
+		}
+		for i := 1; i < len(limits); i++ {
+			lo, hi := limits[i-1], limits[i]
+			if a, b := bytes("token_bucket", lo), bytes("token_bucket", hi); a != b {
+				t.Errorf("token bucket: %.0f bytes per key at a limit of %d, %.0f at %d; want constant", a, lo, b, hi)
+			}
+			// Ten times the limit, ten times the sorted-set members: at
+			// least five times the bytes.
+			if a, b := bytes("sliding_window_log", lo), bytes("sliding_window_log", hi); b < 5*a {
+				t.Errorf("sliding log: %.0f bytes per key at a limit of %d, %.0f at %d; want growth with the limit", a, lo, b, hi)
+			}
+		}
+		t.Logf("bytes per key at limits %v: sliding log %.0f %.0f %.0f, token bucket %.0f",
+			limits, bytes("sliding_window_log", 10), bytes("sliding_window_log", 100), bytes("sliding_window_log", 1000), bytes("token_bucket", 10))
+	})
+}

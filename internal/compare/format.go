@@ -1,0 +1,285 @@
+package compare
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Formats accepted by Write.
+var Formats = []string{"text", "markdown", "json", "csv"}
+
+// column is one column of the table.
+type column struct {
+	head  string
+	right bool                     // right-aligned (numbers)
+	text  func(Report, Row) string // as shown in text and markdown
+	raw   func(Row) string         // as written in CSV
+	real  bool                     // shown only for a real Redis
+}
+
+// optional formats a measurement, or says why there is none: "n/a
+// (embedded)" where a real Redis would have measured it, "-" where nothing
+// would.
+func optional(v *float64, format func(float64) string, measurable bool) string {
+	switch {
+	case v != nil:
+		return format(*v)
+	case measurable:
+		return "n/a (embedded)"
+	}
+	return "-"
+}
+
+// memoryMeasurable reports whether a real Redis would have measured memory
+// for r.
+func memoryMeasurable(rep Report, r Row) bool {
+	return rep.Embedded && r.Store == StoreRedis && r.Scenario == manyUsersName
+}
+
+func rawOptional(v *float64) string {
+	if v == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*v, 'f', -1, 64)
+}
+
+var columns = []column{
+	{head: "scenario", text: func(_ Report, r Row) string { return r.Scenario }, raw: func(r Row) string { return r.Scenario }},
+	{head: "algorithm", text: func(_ Report, r Row) string { return r.Algorithm }, raw: func(r Row) string { return r.Algorithm }},
+	{head: "store", text: func(_ Report, r Row) string { return r.Store }, raw: func(r Row) string { return r.Store }},
+	{head: "inst", right: true, text: func(_ Report, r Row) string { return strconv.Itoa(r.Instances) }, raw: func(r Row) string { return strconv.Itoa(r.Instances) }},
+	{head: "users", right: true, text: func(_ Report, r Row) string { return thousands(int64(r.Users)) }, raw: func(r Row) string { return strconv.Itoa(r.Users) }},
+	{head: "limit", right: true, text: func(_ Report, r Row) string { return thousands(r.Limit) }, raw: func(r Row) string { return strconv.FormatInt(r.Limit, 10) }},
+	{head: "sent", right: true, text: func(_ Report, r Row) string { return thousands(r.Sent) }, raw: func(r Row) string { return strconv.FormatInt(r.Sent, 10) }},
+	{head: "admitted", right: true, text: func(_ Report, r Row) string { return thousands(r.Admitted) }, raw: func(r Row) string { return strconv.FormatInt(r.Admitted, 10) }},
+	{head: "ideal", right: true, text: func(_ Report, r Row) string { return thousands(r.Ideal) }, raw: func(r Row) string { return strconv.FormatInt(r.Ideal, 10) }},
+	{head: "over", right: true, text: func(_ Report, r Row) string { return fmt.Sprintf("%+.1f%%", r.OverAdmission) }, raw: func(r Row) string { return strconv.FormatFloat(r.OverAdmission, 'f', 2, 64) }},
+	{head: "worst/limit", right: true, text: func(_ Report, r Row) string { return fmt.Sprintf("%.2f×", r.WorstWindow) }, raw: func(r Row) string { return strconv.FormatFloat(r.WorstWindow, 'f', 4, 64) }},
+	{head: "bytes/key", right: true, text: func(rep Report, r Row) string {
+		return optional(r.MemoryUsage, formatBytes, memoryMeasurable(rep, r))
+	}, raw: func(r Row) string { return rawOptional(r.MemoryUsage) }},
+	{head: "used_memory/key", right: true, real: true, text: func(rep Report, r Row) string {
+		return optional(r.UsedMemory, formatBytes, memoryMeasurable(rep, r))
+	}, raw: func(r Row) string { return rawOptional(r.UsedMemory) }},
+	{head: "cmds/decision", right: true, real: true, text: func(_ Report, r Row) string {
+		return optional(r.Commands, func(v float64) string { return fmt.Sprintf("%.2f", v) }, false)
+	}, raw: func(r Row) string { return rawOptional(r.Commands) }},
+	{head: "p50", right: true, real: true, text: func(_ Report, r Row) string {
+		return optional(r.LatencyP50, micros, false)
+	}, raw: func(r Row) string { return rawOptional(r.LatencyP50) }},
+	{head: "p99", right: true, real: true, text: func(_ Report, r Row) string {
+		return optional(r.LatencyP99, micros, false)
+	}, raw: func(r Row) string { return rawOptional(r.LatencyP99) }},
+}
+
+// shown returns the columns for rep: the real-Redis ones only when it was
+// measured on a real Redis.
+func (rep *Report) shown() []column {
+	var cols []column
+	for _, c := range columns {
+		if !c.real || !rep.Embedded {
+			cols = append(cols, c)
+		}
+	}
+	return cols
+}
+
+// formatBytes formats a byte count.
+func formatBytes(v float64) string { return thousands(int64(v + 0.5)) }
+
+// micros formats microseconds as µs or ms.
+func micros(us float64) string {
+	if us >= 1000 {
+		return fmt.Sprintf("%.2f ms", us/1000)
+	}
+	return fmt.Sprintf("%.0f µs", us)
+}
+
+// thousands formats n with comma separators.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// window formats a duration without trailing zero units: 1m, 1h30m, 1.5s.
+func window(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// Caption is one line describing the run.
+func (rep *Report) Caption() string {
+	return fmt.Sprintf("Every registered algorithm at a limit of %s per %s; store \"redis\" is %s, \"memory\" is store.NewMemory per instance.",
+		thousands(rep.Limit), window(rep.Window), rep.Server)
+}
+
+// Legend explains the columns, one line each.
+func (rep *Report) Legend() []string {
+	w := window(rep.Window)
+	lines := []string{
+		"sent, admitted, ideal: units of cost (every request costs 1, except in \"many users\", where each user sends its whole limit at once).",
+		fmt.Sprintf("ideal: what one exact limiter of limit per %s, shared by the whole fleet, admits from the same traffic.", w),
+		"over: (admitted - ideal) / ideal.",
+		fmt.Sprintf("worst/limit: the most admitted to one user in any %s interval, divided by the limit.", w),
+		"bytes/key: Redis MEMORY USAGE of about 100 sampled full keys (\"many users\" only).",
+	}
+	if rep.Embedded {
+		lines = append(lines, "n/a (embedded): miniredis does not model Redis memory; memory, Redis commands per decision and latency are measured with -redis ADDR (or -cluster ADDR,...) against a real server.")
+	} else {
+		lines = append(lines,
+			"used_memory/key: growth of INFO used_memory divided by the growth of the key count (noisy with few keys or a busy server; MEMORY USAGE is exact).",
+			"cmds/decision: INFO commandstats growth per decision: the EVALSHA and every command inside the script.",
+			"p50, p99: the AllowN round trip as the caller sees it (\"many users\": under concurrent clients).",
+		)
+	}
+	return lines
+}
+
+// Write writes rep in format: text, markdown, json or csv.
+func (rep *Report) Write(w io.Writer, format string) error {
+	switch format {
+	case "text":
+		return rep.writeText(w)
+	case "markdown":
+		return rep.writeMarkdown(w)
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	case "csv":
+		return rep.writeCSV(w)
+	}
+	return fmt.Errorf("%w: format %q, want one of %s", ErrConfig, format, strings.Join(Formats, ", "))
+}
+
+// cells returns the header and the rows as shown in text and markdown.
+func (rep *Report) cells() ([]column, [][]string) {
+	cols := rep.shown()
+	head := make([]string, len(cols))
+	for i, c := range cols {
+		head[i] = c.head
+	}
+	out := [][]string{head}
+	for _, r := range rep.Rows {
+		line := make([]string, len(cols))
+		for i, c := range cols {
+			line[i] = c.text(*rep, r)
+		}
+		out = append(out, line)
+	}
+	return cols, out
+}
+
+func (rep *Report) writeText(w io.Writer) error {
+	cols, cells := rep.cells()
+	widths := make([]int, len(cols))
+	for _, line := range cells {
+		for i, s := range line {
+			widths[i] = max(widths[i], utf8.RuneCountInString(s))
+		}
+	}
+	var b strings.Builder
+	b.WriteString(rep.Caption() + "\n\n")
+	for n, line := range cells {
+		for i, s := range line {
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(s))
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			if cols[i].right {
+				b.WriteString(pad + s)
+			} else if i < len(line)-1 {
+				b.WriteString(s + pad)
+			} else {
+				b.WriteString(s)
+			}
+		}
+		b.WriteByte('\n')
+		// A blank line under the header and between scenarios.
+		if n == 0 || n < len(rep.Rows) && group(rep.Rows[n-1]) != group(rep.Rows[n]) {
+			b.WriteByte('\n')
+		}
+	}
+	b.WriteByte('\n')
+	for _, l := range rep.Legend() {
+		b.WriteString(l + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// group identifies the rows of one scenario run.
+func group(r Row) string { return fmt.Sprint(r.Scenario, r.Instances, r.Limit) }
+
+func (rep *Report) writeMarkdown(w io.Writer) error {
+	cols, cells := rep.cells()
+	var b strings.Builder
+	b.WriteString(rep.Caption() + "\n\n")
+	for n, line := range cells {
+		b.WriteString("| " + strings.Join(line, " | ") + " |\n")
+		if n == 0 {
+			for _, c := range cols {
+				if c.right {
+					b.WriteString("|---:")
+				} else {
+					b.WriteString("|:---")
+				}
+			}
+			b.WriteString("|\n")
+		}
+	}
+	b.WriteByte('\n')
+	for _, l := range rep.Legend() {
+		b.WriteString("- " + l + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (rep *Report) writeCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	head := []string{"server", "window_ms"}
+	for _, c := range columns {
+		head = append(head, strings.ReplaceAll(strings.ReplaceAll(c.head, "/", "_per_"), "-", "_"))
+	}
+	head = append(head, "decisions", "one_instance", "not_measured")
+	if err := cw.Write(head); err != nil {
+		return err
+	}
+	for _, r := range rep.Rows {
+		line := []string{rep.Server, strconv.FormatInt(rep.WindowMS, 10)}
+		for _, c := range columns {
+			line = append(line, c.raw(r))
+		}
+		line = append(line, strconv.FormatInt(r.Decisions, 10), strconv.FormatInt(r.OneInstance, 10), r.NotMeasured)
+		if err := cw.Write(line); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}

@@ -1,0 +1,308 @@
+package compare
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotMeasured is returned by the Server methods that read Redis's own
+// accounting (INFO, MEMORY USAGE) on the embedded miniredis, which does not
+// model Redis memory or command statistics.
+var ErrNotMeasured = errors.New("compare: not measured on the embedded miniredis")
+
+type serverKind int
+
+const (
+	embedded serverKind = iota
+	standalone
+	cluster
+)
+
+// Server is the Redis the comparison runs against: the embedded miniredis
+// (the default: no Redis needed), a real standalone server, or a Redis
+// Cluster. It hands out clients, each with its own connection pool (a fleet
+// of K instances gets K clients), and reads the server's accounting: INFO
+// commandstats, memory and keyspace, and MEMORY USAGE.
+//
+// A Server is safe for concurrent use. Close releases what it opened: the
+// embedded server, and its own admin client.
+type Server struct {
+	kind    serverKind
+	mini    *miniredis.Miniredis
+	addrs   []string
+	admin   redis.UniversalClient
+	version string // redis_version from INFO server, when known
+
+	closeOnce sync.Once
+}
+
+// Embedded starts an in-process miniredis. Its clock is frozen, so keys never
+// expire under the comparison's virtual time; it measures no memory, commands
+// or latency.
+func Embedded() (*Server, error) {
+	m, err := miniredis.Run()
+	if err != nil {
+		return nil, fmt.Errorf("compare: starting the embedded miniredis: %w", err)
+	}
+	s := &Server{kind: embedded, mini: m, addrs: []string{m.Addr()}}
+	s.admin = s.NewClient()
+	return s, nil
+}
+
+// Standalone connects to a real redis-server at addr (host:port) and checks
+// that it answers.
+func Standalone(ctx context.Context, addr string) (*Server, error) {
+	if addr == "" {
+		return nil, errors.New("compare: empty Redis address")
+	}
+	s := &Server{kind: standalone, addrs: []string{addr}}
+	return s.connect(ctx)
+}
+
+// Cluster connects to a Redis Cluster through its seed nodes addrs and checks
+// that it answers.
+func Cluster(ctx context.Context, addrs []string) (*Server, error) {
+	var seeds []string
+	for _, a := range addrs {
+		if a = strings.TrimSpace(a); a != "" {
+			seeds = append(seeds, a)
+		}
+	}
+	if len(seeds) == 0 {
+		return nil, errors.New("compare: no Redis Cluster address")
+	}
+	s := &Server{kind: cluster, addrs: seeds}
+	return s.connect(ctx)
+}
+
+func (s *Server) connect(ctx context.Context) (*Server, error) {
+	s.admin = s.NewClient()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.admin.Ping(ctx).Err(); err != nil {
+		_ = s.admin.Close()
+		return nil, fmt.Errorf("compare: Redis at %s does not answer: %w", strings.Join(s.addrs, ","), err)
+	}
+	// The version only labels the report: a server that hides INFO still
+	// gets measured as far as it allows.
+	if text, err := s.admin.Info(ctx, "server").Result(); err == nil {
+		for line := range strings.SplitSeq(text, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				s.version = v
+				break
+			}
+		}
+	}
+	return s, nil
+}
+
+// Embedded reports whether this is the in-process miniredis.
+func (s *Server) Embedded() bool { return s.kind == embedded }
+
+// String describes the server for reports.
+func (s *Server) String() string {
+	version := ""
+	if s.version != "" {
+		version = " " + s.version
+	}
+	switch s.kind {
+	case embedded:
+		return "embedded miniredis"
+	case cluster:
+		return "Redis Cluster" + version + " at " + strings.Join(s.addrs, ",")
+	}
+	return "redis-server" + version + " at " + s.addrs[0]
+}
+
+// NewClient returns a new client with its own connection pool, with context
+// deadlines enabled. The caller closes it.
+func (s *Server) NewClient() redis.UniversalClient {
+	if s.kind == cluster {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: s.addrs, ContextTimeoutEnabled: true, PoolSize: 32,
+		})
+	}
+	return redis.NewClient(&redis.Options{
+		Addr: s.addrs[0], ContextTimeoutEnabled: true, PoolSize: 32,
+	})
+}
+
+// Close stops the embedded server, if any, and closes the admin client.
+func (s *Server) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		err = s.admin.Close()
+		if s.mini != nil {
+			s.mini.Close()
+		}
+	})
+	return err
+}
+
+// snapshot is the server's accounting at one moment, summed over every
+// master of a cluster.
+type snapshot struct {
+	calls      map[string]int64 // INFO commandstats calls, by command
+	usedMemory int64            // INFO memory used_memory, bytes
+	keys       int64            // INFO keyspace keys, every database
+}
+
+// measurementCommands are the commands that the comparison and its clients
+// send besides decisions; they are left out of commands per decision.
+var measurementCommands = map[string]bool{
+	"info": true, "memory": true, "memory|usage": true, "del": true, "ping": true,
+	"hello": true, "client": true, "client|setinfo": true, "cluster": true,
+	"cluster|slots": true, "cluster|shards": true, "cluster|nodes": true,
+	"command": true, "readonly": true, "flushall": true, "script": true,
+}
+
+// snapshot reads INFO commandstats, memory and keyspace from every node that
+// holds data (each master of a cluster) and sums them.
+func (s *Server) snapshot(ctx context.Context) (snapshot, error) {
+	if s.kind == embedded {
+		return snapshot{}, ErrNotMeasured
+	}
+	cc, ok := s.admin.(*redis.ClusterClient)
+	if !ok {
+		return readSnapshot(ctx, s.admin)
+	}
+	total := snapshot{calls: map[string]int64{}}
+	var mu sync.Mutex
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		one, err := readSnapshot(ctx, c)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for k, v := range one.calls {
+			total.calls[k] += v
+		}
+		total.usedMemory += one.usedMemory
+		total.keys += one.keys
+		return nil
+	})
+	return total, err
+}
+
+// readSnapshot reads one node's accounting, as three INFO calls (servers
+// before Redis 7 take one section per call).
+func readSnapshot(ctx context.Context, c redis.Cmdable) (snapshot, error) {
+	snap := snapshot{calls: map[string]int64{}}
+	for _, section := range []string{"commandstats", "memory", "keyspace"} {
+		text, err := c.Info(ctx, section).Result()
+		if err != nil {
+			return snap, fmt.Errorf("compare: INFO %s: %w", section, err)
+		}
+		if err := parseInfo(text, &snap); err != nil {
+			return snap, err
+		}
+	}
+	return snap, nil
+}
+
+// parseInfo adds the fields of one INFO reply that a snapshot keeps.
+func parseInfo(text string, snap *snapshot) error {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "cmdstat_"):
+			calls, err := infoField(value, "calls")
+			if err != nil {
+				return fmt.Errorf("compare: INFO %s: %w", name, err)
+			}
+			snap.calls[strings.TrimPrefix(name, "cmdstat_")] += calls
+		case name == "used_memory":
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil {
+				return fmt.Errorf("compare: INFO used_memory %q: %w", value, err)
+			}
+			snap.usedMemory += n
+		case strings.HasPrefix(name, "db") && strings.Contains(value, "keys="):
+			n, err := infoField(value, "keys")
+			if err != nil {
+				return fmt.Errorf("compare: INFO %s: %w", name, err)
+			}
+			snap.keys += n
+		}
+	}
+	return sc.Err()
+}
+
+// infoField returns field's integer in a "a=1,b=2" INFO value.
+func infoField(value, field string) (int64, error) {
+	for kv := range strings.SplitSeq(value, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && k == field {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in %q", field, value)
+}
+
+// commandsSince is the number of commands the server ran between two
+// snapshots, measurement commands left out.
+func commandsSince(before, after snapshot) int64 {
+	var n int64
+	for cmd, calls := range after.calls {
+		if !measurementCommands[cmd] {
+			n += calls - before.calls[cmd]
+		}
+	}
+	return n
+}
+
+// memoryUsage is MEMORY USAGE key SAMPLES 0 (every element counted); 0 when
+// the key does not exist.
+func (s *Server) memoryUsage(ctx context.Context, key string) (int64, error) {
+	if s.kind == embedded {
+		return 0, ErrNotMeasured
+	}
+	n, err := s.admin.MemoryUsage(ctx, key, 0).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("compare: MEMORY USAGE %s: %w", key, err)
+	}
+	return n, nil
+}
+
+// deleteKeys removes the keys a run left behind: on the embedded server
+// everything (it is ours alone), on a real one exactly keys, with pipelined
+// DELs (a cluster pipeline routes each to its slot). DEL, not UNLINK: UNLINK
+// frees large values in a background thread, which would shrink used_memory
+// in the middle of the next measurement.
+func (s *Server) deleteKeys(ctx context.Context, keys []string) error {
+	if s.kind == embedded {
+		s.mini.FlushAll()
+		return nil
+	}
+	const batch = 500
+	for len(keys) > 0 {
+		n := min(batch, len(keys))
+		pipe := s.admin.Pipeline()
+		for _, k := range keys[:n] {
+			pipe.Del(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("compare: removing the run's keys: %w", err)
+		}
+		keys = keys[n:]
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package compare
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+)
+
+func TestParseInfo(t *testing.T) {
+	text := "# Commandstats\r\n" +
+		"cmdstat_evalsha:calls=10,usec=300,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_zadd:calls=7,usec=40,usec_per_call=5.71,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=3,usec=90,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_client|setinfo:calls=4,usec=4,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n" +
+		"\r\n# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\n" +
+		"\r\n# Keyspace\r\ndb0:keys=12,expires=10,avg_ttl=5000\r\ndb3:keys=3,expires=0,avg_ttl=0\r\n"
+	snap := snapshot{calls: map[string]int64{}}
+	if err := parseInfo(text, &snap); err != nil {
+		t.Fatal(err)
+	}
+	if snap.calls["evalsha"] != 10 || snap.calls["zadd"] != 7 || snap.usedMemory != 1048576 || snap.keys != 15 {
+		t.Fatalf("parsed %+v", snap)
+	}
+	before := snapshot{calls: map[string]int64{"evalsha": 4, "zadd": 3, "info": 1}}
+	// 6 EVALSHAs and 4 ZADDs ran; INFO and CLIENT SETINFO are ours.
+	if got := commandsSince(before, snap); got != 10 {
+		t.Fatalf("commands since = %d, want 10", got)
+	}
+	if err := parseInfo("cmdstat_get:usec=3\r\n", &snap); err == nil {
+		t.Fatal("a commandstats line without calls parsed")
+	}
+}
+
+func TestEmbeddedMeasuresNothing(t *testing.T) {
+	srv, err := Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	if _, err := srv.snapshot(ctx); !errors.Is(err, ErrNotMeasured) {
+		t.Errorf("snapshot: %v, want ErrNotMeasured", err)
+	}
+	if _, err := srv.memoryUsage(ctx, "k"); !errors.Is(err, ErrNotMeasured) {
+		t.Errorf("memoryUsage: %v, want ErrNotMeasured", err)
+	}
+	if !srv.Embedded() || srv.String() != "embedded miniredis" {
+		t.Errorf("embedded server says %q", srv.String())
+	}
+	if err := srv.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+}
+
+func TestUnreachableServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := Standalone(ctx, "127.0.0.1:1"); err == nil {
+		t.Error("connected to nothing")
+	}
+	if _, err := Cluster(ctx, []string{" ", ""}); err == nil {
+		t.Error("a cluster with no address")
+	}
+	if _, err := Standalone(ctx, ""); err == nil {
+		t.Error("an empty address")
+	}
+}
+
+// TestRealAccounting checks the measurements against the real server: a
+// script's inner commands are counted, MEMORY USAGE sees a key, and the
+// run's keys are removed.
+func TestRealAccounting(t *testing.T) {
+	ctx := context.Background()
+	srv, err := Standalone(ctx, redistest.RealAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	// The report names the server with its version.
+	if name := srv.String(); !regexp.MustCompile(`^redis-server \d+\.\d+\.\d+ at \S+$`).MatchString(name) {
+		t.Errorf("server named %q", name)
+	}
+	key := redistest.Prefix() + "k"
+	before, err := srv.snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := "redis.call('SET', KEYS[1], '12345') return redis.call('GET', KEYS[1])"
+	if err := srv.admin.Eval(ctx, script, []string{key}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := srv.snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// EVAL, SET and GET; other tests on the server can only add.
+	if n := commandsSince(before, after); n < 3 {
+		t.Errorf("%d commands counted, want at least 3", n)
+	}
+	if after.usedMemory <= 0 || after.keys < 1 {
+		t.Errorf("snapshot %+v", after)
+	}
+	if n, err := srv.memoryUsage(ctx, key); err != nil || n <= 0 {
+		t.Errorf("MEMORY USAGE = %d, %v", n, err)
+	}
+	if err := srv.deleteKeys(ctx, []string{key}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := srv.admin.Exists(ctx, key).Result(); err != nil || n != 0 {
+		t.Errorf("key left behind: %d, %v", n, err)
+	}
+	if n, err := srv.memoryUsage(ctx, key); err != nil || n != 0 {
+		t.Errorf("MEMORY USAGE of a missing key = %d, %v", n, err)
+	}
+}
