@@ -1,0 +1,62 @@
+package fleetlimit_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// benchKeys spreads a benchmark over this many keys, so that it measures the
+// decision path rather than one key's lock.
+const benchKeys = 1024
+
+// benchmarkAllowN runs AllowN on a token bucket that never denies, over
+// benchKeys keys, and checks that every call was admitted without error.
+func benchmarkAllowN(b *testing.B, st store.Store, opts ...fleetlimit.Option) {
+	b.Helper()
+	opts = append([]fleetlimit.Option{fleetlimit.WithKeyPrefix(redistest.Prefix())}, opts...)
+	l, err := fleetlimit.New(algorithm.TokenBucket(1_000_000_000, time.Second, 1_000_000_000), st, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, benchKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%05d", i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		res, err := l.Allow(bg, keys[i%benchKeys])
+		if err != nil || !res.Allowed {
+			b.Fatalf("call %d: %+v, %v", i, res, err)
+		}
+		i++
+	}
+}
+
+// BenchmarkAllowN measures one decision through the Limiter: on the
+// in-process store the Limiter's own overhead is visible; on miniredis and
+// the real redis-server the round trip dominates.
+func BenchmarkAllowN(b *testing.B) {
+	b.Run("memory", func(b *testing.B) {
+		mem := store.NewMemory()
+		defer mem.Close()
+		benchmarkAllowN(b, mem)
+		if mem.Len() != min(b.N, benchKeys) {
+			b.Fatalf("memory holds %d keys, want %d: the load was not spread", mem.Len(), min(b.N, benchKeys))
+		}
+	})
+	b.Run("miniredis", func(b *testing.B) {
+		_, c := redistest.Mini(b)
+		benchmarkAllowN(b, store.NewRedis(c))
+	})
+	b.Run("redis", func(b *testing.B) {
+		benchmarkAllowN(b, store.NewRedis(redistest.Real(b)))
+	})
+}
