@@ -19,7 +19,9 @@ const benchKeys = 1024
 // benchKeys keys, and checks that every call was admitted without error.
 func benchmarkAllowN(b *testing.B, st store.Store, opts ...fleetlimit.Option) {
 	b.Helper()
-	opts = append([]fleetlimit.Option{fleetlimit.WithKeyPrefix(redistest.Prefix())}, opts...)
+	// A generous timeout: on a loaded machine a 100ms deadline can fire, and
+	// this measures decisions, not outages.
+	opts = append([]fleetlimit.Option{fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(10 * time.Second)}, opts...)
 	l, err := fleetlimit.New(algorithm.TokenBucket(1_000_000_000, time.Second, 1_000_000_000), st, opts...)
 	if err != nil {
 		b.Fatal(err)
@@ -43,15 +45,33 @@ func benchmarkAllowN(b *testing.B, st store.Store, opts ...fleetlimit.Option) {
 // BenchmarkAllowN measures one decision through the Limiter: on the
 // in-process store the Limiter's own overhead is visible; on miniredis and
 // the real redis-server the round trip dominates.
+//
+// The memory variants isolate what the breaker and the observer add to the
+// happy path: "memory/no-breaker" is the decision path as it was before
+// either existed; "memory" has the default breaker; "memory/observer" adds a
+// no-op Observer.
 func BenchmarkAllowN(b *testing.B) {
-	b.Run("memory", func(b *testing.B) {
-		mem := store.NewMemory()
-		defer mem.Close()
-		benchmarkAllowN(b, mem)
-		if mem.Len() != min(b.N, benchKeys) {
-			b.Fatalf("memory holds %d keys, want %d: the load was not spread", mem.Len(), min(b.N, benchKeys))
+	memory := func(opts ...fleetlimit.Option) func(*testing.B) {
+		return func(b *testing.B) {
+			mem := store.NewMemory()
+			defer mem.Close()
+			benchmarkAllowN(b, mem, opts...)
+			if mem.Len() != min(b.N, benchKeys) {
+				b.Fatalf("memory holds %d keys, want %d: the load was not spread", mem.Len(), min(b.N, benchKeys))
+			}
 		}
-	})
+	}
+	var observed int
+	b.Run("memory", memory())
+	b.Run("memory/no-breaker", memory(fleetlimit.WithoutBreaker()))
+	b.Run("memory/observer", memory(fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) {
+		if e.Allowed {
+			observed++
+		}
+	}))))
+	if observed == 0 {
+		b.Fatal("the observer saw no decision")
+	}
 	b.Run("miniredis", func(b *testing.B) {
 		_, c := redistest.Mini(b)
 		benchmarkAllowN(b, store.NewRedis(c))
