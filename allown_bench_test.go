@@ -1,6 +1,7 @@
 package fleetlimit_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -72,6 +73,27 @@ func BenchmarkAllowN(b *testing.B) {
 	if observed == 0 {
 		b.Fatal("the observer saw no decision")
 	}
+	// A dead store behind an open breaker: what each request costs during an
+	// outage once the breaker has opened (without it: a full timeout).
+	b.Run("circuit-open", func(b *testing.B) {
+		dead := store.NewMemory()
+		_ = dead.Close()
+		br, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Threshold: 1, Clock: func() time.Time { return t0 }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := fleetlimit.New(algorithm.TokenBucket(100, time.Second, 100), dead, fleetlimit.WithBreaker(br))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = l.Allow(bg, "u") // opens it
+		b.ReportAllocs()
+		for b.Loop() {
+			if res, err := l.Allow(bg, "u"); !errors.Is(err, fleetlimit.ErrCircuitOpen) || !res.Allowed {
+				b.Fatalf("%+v, %v", res, err)
+			}
+		}
+	})
 	b.Run("miniredis", func(b *testing.B) {
 		_, c := redistest.Mini(b)
 		benchmarkAllowN(b, store.NewRedis(c))
