@@ -108,36 +108,38 @@ func run(addr, redisAddr, trusted string, instances int64) error {
 	return nil
 }
 
-// newHandler puts one limiter, with its own algorithm, key and failure
-// policy, in front of each endpoint. All three share one store and one
-// circuit breaker: a Redis outage is one outage for all of them.
+// newHandler puts one limiter, with its own algorithm, key, key prefix and
+// failure policy, in front of each endpoint. All three share one store and
+// one circuit breaker: a Redis outage is one outage for all of them.
 func newHandler(shared, fallback store.Store, trustedProxies []string, instances int64, logger *slog.Logger) (http.Handler, error) {
 	breaker, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{})
 	if err != nil {
 		return nil, err
 	}
-	common := []fleetlimit.Option{
-		fleetlimit.WithBreaker(breaker),
-		fleetlimit.WithObserver(fleetlimit.SlogObserver(logger)),
-		fleetlimit.WithKeyPrefix("example:"),
+	// with returns the options every limiter here shares, plus more.
+	with := func(more ...fleetlimit.Option) []fleetlimit.Option {
+		return append([]fleetlimit.Option{
+			fleetlimit.WithBreaker(breaker),
+			fleetlimit.WithObserver(fleetlimit.SlogObserver(logger)),
+		}, more...)
 	}
 	clientIP, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{TrustedProxies: trustedProxies})
 	if err != nil {
 		return nil, err
 	}
 
-	login, err := fleetlimit.New(algorithm.SlidingWindowLog(5, time.Minute), shared, append(common,
-		fleetlimit.WithName("login"), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))...)
+	login, err := fleetlimit.New(algorithm.SlidingWindowLog(5, time.Minute), shared, with(
+		fleetlimit.WithName("login"), fleetlimit.WithKeyPrefix("example:login:"), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))...)
 	if err != nil {
 		return nil, err
 	}
-	api, err := fleetlimit.New(algorithm.TokenBucket(1, time.Second, 5), shared, append(common,
-		fleetlimit.WithName("api"), fleetlimit.WithFallback(fallback, instances))...)
+	api, err := fleetlimit.New(algorithm.TokenBucket(1, time.Second, 5), shared, with(
+		fleetlimit.WithName("api"), fleetlimit.WithKeyPrefix("example:api:"), fleetlimit.WithFallback(fallback, instances))...)
 	if err != nil {
 		return nil, err
 	}
-	search, err := fleetlimit.New(algorithm.FixedWindow(10, time.Minute), shared, append(common,
-		fleetlimit.WithName("search"))...)
+	search, err := fleetlimit.New(algorithm.FixedWindow(10, time.Minute), shared, with(
+		fleetlimit.WithName("search"), fleetlimit.WithKeyPrefix("example:search:"))...)
 	if err != nil {
 		return nil, err
 	}
