@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
 // Middleware returns net/http middleware that charges every request to the
@@ -259,7 +261,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if route == "" {
 		route = r.Pattern
 	}
-	res, err := m.l.allowN(r.Context(), key, n, route)
+	// A cost beyond what AllowN accepts cannot pass any limit either: charge
+	// the most it accepts, so that the answer is a 413, not a 500.
+	res, err := m.l.allowN(r.Context(), key, min(n, algorithm.MaxInt), route)
 	switch {
 	case err == nil:
 		m.hv.setLimitHeaders(w.Header(), res, m.draft)

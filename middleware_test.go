@@ -301,6 +301,13 @@ func TestMiddlewareCost(t *testing.T) {
 	require.Contains(t, resp.body, "request cost 11 exceeds the limit 10")
 	require.Equal(t, "6", resp.header.Get("X-RateLimit-Remaining"), "and it was not charged")
 
+	huge := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("x"))
+	huge.ContentLength = 1 << 62 // a cost beyond 2^53, which AllowN refuses
+	rec := httptest.NewRecorder()
+	fleetlimit.Middleware(l, fleetlimit.KeyConst("c"), fleetlimit.WithCost(fleetlimit.CostByContentLength(1)))(okHandler).ServeHTTP(rec, huge)
+	require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, "too large, not a server error")
+	require.Contains(t, rec.Body.String(), "request cost 4611686018427387904 exceeds the limit 10")
+
 	resp = do(t, srv, http.MethodPost, "/", io.MultiReader(strings.NewReader("chunked")))
 	require.Equal(t, http.StatusLengthRequired, resp.status, "a body of unknown length cannot be charged")
 
