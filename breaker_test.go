@@ -71,6 +71,11 @@ func (r *recorder) take() []fleetlimit.Event {
 	return ev
 }
 
+// slowMachine is the timeout of tests whose healthy store must answer: far
+// above a round trip, so that a loaded CI machine cannot fail them; tests of
+// timeouts set their own.
+const slowMachine = 5 * time.Second
+
 func newBreaker(t *testing.T, cfg fleetlimit.BreakerConfig) *fleetlimit.Breaker {
 	t.Helper()
 	b, err := fleetlimit.NewBreaker(cfg)
@@ -117,7 +122,8 @@ func TestBreakerCycle(t *testing.T) {
 	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 3, CoolDown: 100 * time.Millisecond, MaxCoolDown: 400 * time.Millisecond, Clock: clk.Now})
 	rec := &recorder{}
 	l, err := fleetlimit.New(algorithm.SlidingWindowLog(1000, time.Minute), st,
-		fleetlimit.WithBreaker(b), fleetlimit.WithObserver(rec), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
+		fleetlimit.WithBreaker(b), fleetlimit.WithObserver(rec), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed),
+		fleetlimit.WithTimeout(slowMachine))
 	require.NoError(t, err)
 
 	// allow makes one decision and says whether the store was called and
@@ -211,7 +217,7 @@ func TestBreakerCycle(t *testing.T) {
 func TestBreakerIgnoresPerKeyErrors(t *testing.T) {
 	mr, c := redistest.Mini(t)
 	st := &countingStore{Store: store.NewRedis(c)}
-	l, err := fleetlimit.New(algorithm.SlidingWindowLog(10, time.Minute), st,
+	l, err := fleetlimit.New(algorithm.SlidingWindowLog(10, time.Minute), st, fleetlimit.WithTimeout(slowMachine),
 		fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 2})))
 	require.NoError(t, err)
 	mr.HSet(store.RedisKey(fleetlimit.DefaultKeyPrefix, "bad", "sl"), "f", "v")
@@ -244,7 +250,7 @@ func TestBreakerIgnoresPerKeyErrors(t *testing.T) {
 		{"BUSY Redis is busy running a script", true},
 		{"ERR max number of clients reached", true},
 	} {
-		l, err := fleetlimit.New(algorithm.SlidingWindowLog(10, time.Minute), st,
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(10, time.Minute), st, fleetlimit.WithTimeout(slowMachine),
 			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 2})))
 		require.NoError(t, err)
 		mr.SetError(reply.msg)

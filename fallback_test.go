@@ -44,7 +44,7 @@ func TestFallbackBoundsFailOpen(t *testing.T) {
 		rec := &recorder{}
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(8, time.Minute), store.NewRedis(c),
 			fleetlimit.WithFailurePolicy(policy), fleetlimit.WithFallback(fb, 4), fleetlimit.WithObserver(rec),
-			fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithTimeout(50*time.Millisecond),
+			fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithTimeout(time.Second),
 			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(t0)})))
 		require.NoError(t, err)
 		res, err := l.Allow(bg, "u")

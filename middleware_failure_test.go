@@ -36,12 +36,12 @@ type failureRig struct {
 
 const rigThreshold = 3
 
-func newFailureRig(t *testing.T, st store.Store, policy fleetlimit.FailurePolicy) (*failureRig, func() response) {
+func newFailureRig(t *testing.T, st store.Store, policy fleetlimit.FailurePolicy, timeout time.Duration) (*failureRig, func() response) {
 	rig := &failureRig{st: &countingStore{Store: st}, clk: newFakeClock(t0), rec: &recorder{}, limit: 100}
 	b, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Threshold: rigThreshold, Clock: rig.clk.Now})
 	require.NoError(t, err)
 	rig.l, err = fleetlimit.New(algorithm.TokenBucket(rig.limit, time.Minute, rig.limit), rig.st,
-		fleetlimit.WithName("api"), fleetlimit.WithFailurePolicy(policy), fleetlimit.WithTimeout(50*time.Millisecond),
+		fleetlimit.WithName("api"), fleetlimit.WithFailurePolicy(policy), fleetlimit.WithTimeout(timeout),
 		fleetlimit.WithBreaker(b), fleetlimit.WithObserver(rig.rec), fleetlimit.WithKeyPrefix(redistest.Prefix()))
 	require.NoError(t, err)
 	srv := serve(t, fleetlimit.Middleware(rig.l, fleetlimit.KeyByHeader("X-User"))(okHandler))
@@ -93,8 +93,9 @@ func (rig *failureRig) requireDegraded(t *testing.T, resp response, policy fleet
 	return e
 }
 
-// Redis stopped, then restarted: the first failures each cost at most the
-// limiter's timeout and are reported as store failures; then the breaker
+// Redis stopped, then restarted: the first failures each end by the
+// limiter's timeout (the client would wait a minute) and are reported as
+// store failures; then the breaker
 // opens and the store is no longer called, even once Redis is back, until
 // the cool-down ends; the probe that finds Redis back closes the breaker and
 // responses carry the real quota again.
@@ -102,7 +103,9 @@ func TestMiddlewareRedisStoppedAndRestarted(t *testing.T) {
 	for _, policy := range []fleetlimit.FailurePolicy{fleetlimit.FailOpen, fleetlimit.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
 			s := redistest.StartServer(t)
-			rig, hit := newFailureRig(t, store.NewRedis(s.Client(slowClient)), policy)
+			// 250ms: room for the probe to dial the restarted server and reload
+			// the script on a loaded machine; failures still end at it.
+			rig, hit := newFailureRig(t, store.NewRedis(s.Client(slowClient)), policy, 250*time.Millisecond)
 			rig.requireHealthy(t, hit(), "healthy")
 
 			s.Kill()
@@ -144,7 +147,7 @@ func TestMiddlewareRedisHung(t *testing.T) {
 			slowClient(o)
 			c := redis.NewClient(o)
 			t.Cleanup(func() { _ = c.Close() })
-			rig, hit := newFailureRig(t, store.NewRedis(c), policy)
+			rig, hit := newFailureRig(t, store.NewRedis(c), policy, 50*time.Millisecond)
 			for i := range rigThreshold {
 				e := rig.requireDegraded(t, hit(), policy, false, fmt.Sprintf("hung, call %d", i+1))
 				require.ErrorIs(t, e.Err, context.DeadlineExceeded, "the limiter's timeout ended the wait")

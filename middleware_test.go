@@ -150,7 +150,8 @@ func TestMiddlewareHeaders(t *testing.T) {
 	for storeName, st := range stores(t) {
 		for _, c := range cases {
 			clk := newFakeClock(t0)
-			l, err := fleetlimit.New(c.strategy, st, fleetlimit.WithName(c.name), fleetlimit.WithClock(clk.Now), fleetlimit.WithKeyPrefix(redistest.Prefix()))
+			l, err := fleetlimit.New(c.strategy, st, fleetlimit.WithName(c.name), fleetlimit.WithClock(clk.Now),
+				fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 			require.NoError(t, err)
 			srv := serve(t, fleetlimit.Middleware(l, fleetlimit.KeyConst("client"))(okHandler))
 			var retryAfter int64

@@ -22,7 +22,8 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 	for name, st := range stores(t) {
 		rec := &recorder{}
 		l, err := fleetlimit.New(algorithm.FixedWindow(3, time.Minute), st, fleetlimit.WithName("search"),
-			fleetlimit.WithObserver(rec), fleetlimit.WithClock(fixedClock(t0.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()))
+			fleetlimit.WithObserver(rec), fleetlimit.WithClock(fixedClock(t0.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()),
+			fleetlimit.WithTimeout(slowMachine))
 		require.NoError(t, err)
 		_, err = l.AllowN(bg, "alice", 2)
 		require.NoError(t, err)

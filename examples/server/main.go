@@ -111,17 +111,19 @@ func run(addr, redisAddr, trusted string, instances int64) error {
 // newHandler puts one limiter, with its own algorithm, key, key prefix and
 // failure policy, in front of each endpoint. All three share one store and
 // one circuit breaker: a Redis outage is one outage for all of them.
-func newHandler(shared, fallback store.Store, trustedProxies []string, instances int64, logger *slog.Logger) (http.Handler, error) {
+// Extra options, if any, apply to all three limiters.
+func newHandler(shared, fallback store.Store, trustedProxies []string, instances int64, logger *slog.Logger, extra ...fleetlimit.Option) (http.Handler, error) {
 	breaker, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{})
 	if err != nil {
 		return nil, err
 	}
 	// with returns the options every limiter here shares, plus more.
 	with := func(more ...fleetlimit.Option) []fleetlimit.Option {
-		return append([]fleetlimit.Option{
+		opts := append([]fleetlimit.Option{
 			fleetlimit.WithBreaker(breaker),
 			fleetlimit.WithObserver(fleetlimit.SlogObserver(logger)),
-		}, more...)
+		}, extra...)
+		return append(opts, more...)
 	}
 	clientIP, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{TrustedProxies: trustedProxies})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -21,7 +22,9 @@ func TestServerAnswersAsPrinted(t *testing.T) {
 	mr.SetTime(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)) // Redis TIME stands still: no refill mid-test
 	shared, fallback := store.NewRedis(c), store.NewMemory()
 	t.Cleanup(func() { _ = shared.Close(); _ = fallback.Close() })
-	h, err := newHandler(shared, fallback, nil, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// A generous timeout: a loaded CI machine must not turn a decision into
+	// a store failure.
+	h, err := newHandler(shared, fallback, nil, 1, slog.New(slog.NewTextHandler(io.Discard, nil)), fleetlimit.WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
