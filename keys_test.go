@@ -3,7 +3,10 @@ package fleetlimit_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 
@@ -141,4 +144,64 @@ func TestKeyByClientIPRejectsBadConfig(t *testing.T) {
 		require.Nil(t, k, name)
 		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, name)
 	}
+}
+
+// Whatever the forwarding headers say, a peer that is not a trusted proxy is
+// keyed by its own address, and a trusted one never yields a key that is
+// neither the peer nor an address of the header. Seeds run with go test;
+// go test -fuzz FuzzKeyByClientIP explores further.
+func FuzzKeyByClientIP(f *testing.F) {
+	f.Add("203.0.113.7:1", "198.51.100.1", `for=198.51.100.1`)
+	f.Add("10.0.0.1:1", "198.51.100.1, 10.0.0.2", `for="[2001:db8::1]:80";proto=https, for=10.0.0.3`)
+	f.Add("10.0.0.1:1", ",,,", `for="\`)
+	f.Add("[::ffff:10.0.0.1]:1", "[2001:db8::1]:80, unknown", `for=_hidden;by=x, For=10.9.9.9`)
+	keys := map[string]fleetlimit.KeyFunc{}
+	for _, h := range []string{fleetlimit.HeaderXForwardedFor, fleetlimit.HeaderForwarded} {
+		k, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8"}, Header: h, IPv6PrefixLen: 128})
+		require.NoError(f, err)
+		keys[h] = k
+	}
+	f.Fuzz(func(t *testing.T, remote, xff, fwd string) {
+		bare := request(remote)
+		r := request(remote, "X-Forwarded-For", xff, "Forwarded", fwd)
+		for h, key := range keys {
+			got, err := key(r)
+			peer, peerErr := key(bare)
+			if peerErr != nil {
+				require.Error(t, err, "no peer address, no key")
+				continue
+			}
+			if !strings.HasPrefix(peer, "10.") {
+				require.NoError(t, err)
+				require.Equal(t, peer, got, "an untrusted peer (%s) is keyed by itself whatever %s says", remote, h)
+				continue
+			}
+			if err == nil && got != peer {
+				require.True(t, mentions(xff+" "+fwd, got), "%s: the key %s comes from the header", h, got)
+			}
+		}
+	})
+}
+
+// mentions reports whether text contains an address equal to addr, in any
+// of the spellings forwarding headers use.
+func mentions(text, addr string) bool {
+	want, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	for _, tok := range strings.FieldsFunc(text, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune(",;=\"", r) }) {
+		a, err := netip.ParseAddr(strings.Trim(tok, "[]"))
+		if err != nil {
+			ap, perr := netip.ParseAddrPort(tok)
+			if perr != nil {
+				continue
+			}
+			a = ap.Addr()
+		}
+		if a.Unmap().WithZone("") == want {
+			return true
+		}
+	}
+	return false
 }
