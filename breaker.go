@@ -200,13 +200,13 @@ func (b *Breaker) State() BreakerState {
 	return BreakerHalfOpen
 }
 
-// admit reports whether a decision may call the store and, while the breaker
-// is not closed, the probe number the decision must report back with. A nil
-// Breaker admits everything.
-func (b *Breaker) admit() (probe, bool) {
-	if b == nil || !b.open.Load() {
-		return 0, true
-	}
+// admitOpen reports whether a decision may call the store while the breaker
+// is open or half-open, and if so the probe number the decision must report
+// back with.
+//
+// Limiter.AllowN inlines the closed path (b.open false: admit, probe 0) and
+// calls admitOpen only when the breaker is open.
+func (b *Breaker) admitOpen() (probe, bool) {
 	now := b.clock()
 	if now.UnixNano() < b.until.Load() {
 		return 0, false // cooling down: no lock taken
@@ -243,6 +243,11 @@ func (b *Breaker) success(p probe) {
 		}
 		return
 	}
+	b.probeSucceeded(p)
+}
+
+// probeSucceeded closes the breaker if p is its outstanding probe.
+func (b *Breaker) probeSucceeded(p probe) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.endProbe(p) {

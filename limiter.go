@@ -170,20 +170,28 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // The Observer (WithObserver), if any, is told about every decision before
 // AllowN returns.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	return l.allowN(ctx, key, n, "")
+	if l.cfg.observer != nil {
+		return l.observed(ctx, key, n, "")
+	}
+	res, _, err := l.decide(ctx, key, n)
+	return res, err
 }
 
 // allowN is AllowN, reporting route to the observer.
 func (l *Limiter) allowN(ctx context.Context, key string, n int64, route string) (Result, error) {
-	obs := l.cfg.observer
-	if obs == nil {
-		res, _, err := l.decide(ctx, key, n)
-		return res, err
+	if l.cfg.observer != nil {
+		return l.observed(ctx, key, n, route)
 	}
+	res, _, err := l.decide(ctx, key, n)
+	return res, err
+}
+
+// observed makes a decision and tells the observer about it.
+func (l *Limiter) observed(ctx context.Context, key string, n int64, route string) (Result, error) {
 	start := time.Now()
 	res, o, err := l.decide(ctx, key, n)
-	if !o.invalid {
-		obs.Observe(Event{
+	if !o.invalid() {
+		l.cfg.observer.Observe(Event{
 			Endpoint:    l.cfg.name,
 			Route:       route,
 			Algorithm:   l.strategy.Name(),
@@ -194,39 +202,59 @@ func (l *Limiter) allowN(ctx context.Context, key string, n int64, route string)
 			Latency:     time.Since(start),
 			Err:         err,
 			Policy:      l.cfg.policy,
-			DecidedBy:   o.by,
-			CircuitOpen: o.circuitOpen,
+			DecidedBy:   o.by(),
+			CircuitOpen: o.circuitOpen(),
 		})
 	}
 	return res, err
 }
 
-// outcome says how a decision was made, for the observer.
-type outcome struct {
-	by          Decider
-	circuitOpen bool
-	invalid     bool // bad input: no decision was made
+// outcome says how a decision was made, for the observer: a Decider in the
+// low bits and two flags. It is one byte so that decide's results fit in
+// registers (a wider outcome measurably slowed the happy path).
+type outcome uint8
+
+const (
+	outcomeCircuitOpen outcome = 1 << 6 // the breaker kept the store out of it
+	outcomeInvalid     outcome = 1 << 7 // bad input: no decision was made
+)
+
+func decidedBy(by Decider, circuitOpen bool) outcome {
+	o := outcome(by)
+	if circuitOpen {
+		o |= outcomeCircuitOpen
+	}
+	return o
 }
+
+func (o outcome) by() Decider       { return Decider(o &^ (outcomeCircuitOpen | outcomeInvalid)) }
+func (o outcome) circuitOpen() bool { return o&outcomeCircuitOpen != 0 }
+func (o outcome) invalid() bool     { return o&outcomeInvalid != 0 }
 
 // decide makes one decision: through the breaker to the store, or degraded.
 func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outcome, error) {
 	req, err := l.request(key, n)
 	if err != nil {
-		return Result{Limit: l.strategy.Limit()}, outcome{invalid: true}, err
+		return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 	}
 	if err := ctx.Err(); err != nil {
-		return l.byPolicy(), outcome{by: DecidedByPolicy}, fmt.Errorf("fleetlimit: decision for %q not made: %w", key, err)
+		return l.byPolicy(), outcome(DecidedByPolicy), fmt.Errorf("fleetlimit: decision for %q not made: %w", key, err)
 	}
+	// The breaker's closed path is written out here rather than called, so
+	// that it costs two atomic loads and no call (see Breaker).
 	b := l.cfg.breaker
-	p, ok := b.admit()
-	if !ok {
-		return l.degraded(ctx, req, errCircuitOpen, true)
+	var p probe
+	if b != nil && b.open.Load() {
+		var ok bool
+		if p, ok = b.admitOpen(); !ok {
+			return l.degraded(ctx, req, errCircuitOpen, true)
+		}
 	}
 	d, err := l.store.Decide(ctx, req)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			b.abandon(p)
-			return l.byPolicy(), outcome{by: DecidedByPolicy}, fmt.Errorf("fleetlimit: decision for %q abandoned: %w", key, ctxErr)
+			return l.byPolicy(), outcome(DecidedByPolicy), fmt.Errorf("fleetlimit: decision for %q abandoned: %w", key, ctxErr)
 		}
 		if availabilityFailure(err) {
 			b.failure(p)
@@ -235,8 +263,12 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 		}
 		return l.degraded(ctx, req, fmt.Errorf("%w: %w", ErrStoreUnavailable, err), false)
 	}
-	b.success(p)
-	return Result(d), outcome{}, nil
+	if p != 0 {
+		b.probeSucceeded(p)
+	} else if b != nil && b.fails.Load() != 0 {
+		b.success(0)
+	}
+	return Result(d), outcome(DecidedByStore), nil
 }
 
 // request validates a call and builds the store request.
@@ -271,11 +303,11 @@ func (l *Limiter) degraded(ctx context.Context, req store.Request, err error, ci
 		req.Strategy = fb.strategy
 		d, ferr := fb.store.Decide(ctx, req)
 		if ferr == nil {
-			return Result(d), outcome{by: DecidedByFallback, circuitOpen: circuitOpen}, err
+			return Result(d), decidedBy(DecidedByFallback, circuitOpen), err
 		}
 		err = fmt.Errorf("%w (and the fallback failed: %w)", err, ferr)
 	}
-	return l.byPolicy(), outcome{by: DecidedByPolicy, circuitOpen: circuitOpen}, err
+	return l.byPolicy(), decidedBy(DecidedByPolicy, circuitOpen), err
 }
 
 // byPolicy returns the policy's Result for a decision the store did not make.
