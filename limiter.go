@@ -99,6 +99,7 @@ const DefaultKeyPrefix = "ratelimit:"
 type Limiter struct {
 	strategy algorithm.Strategy
 	store    store.Store
+	fallback *fallback // nil without WithFallback
 	cfg      config
 }
 
@@ -122,7 +123,14 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Limiter{strategy: s, store: st, cfg: cfg}, nil
+	fb, err := newFallback(s, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.breaker == nil && !cfg.noBreaker {
+		cfg.breaker = newDefaultBreaker()
+	}
+	return &Limiter{strategy: s, store: st, fallback: fb, cfg: cfg}, nil
 }
 
 // Strategy returns the limiter's strategy.
@@ -133,6 +141,10 @@ func (l *Limiter) Name() string { return l.cfg.name }
 
 // Policy returns the limiter's failure policy.
 func (l *Limiter) Policy() FailurePolicy { return l.cfg.policy }
+
+// Breaker returns the limiter's circuit breaker (WithBreaker; by default one
+// of its own), or nil after WithoutBreaker.
+func (l *Limiter) Breaker() *Breaker { return l.cfg.breaker }
 
 // Allow is AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
@@ -148,26 +160,115 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // denial, not an error, and leaves the key as it was.
 //
 // The decision takes at most the limiter's timeout. When the store cannot
-// decide, the FailurePolicy does: the Result follows it and the error wraps
-// ErrStoreUnavailable and the cause. If ctx itself ends first, the error
-// wraps ctx.Err() instead (the caller gave up; the store is not blamed) and
-// the Result still follows the policy.
+// decide, the fallback does (WithFallback), or else the FailurePolicy: the
+// Result follows it and the error wraps ErrStoreUnavailable and the cause.
+// While the circuit breaker is open (see Breaker) the store is not called
+// and the error also wraps ErrCircuitOpen. If ctx itself ends first, the
+// error wraps ctx.Err() instead (the caller gave up; the store is not
+// blamed) and the Result follows the policy.
+//
+// The Observer (WithObserver), if any, is told about every decision before
+// AllowN returns.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
+	if l.cfg.observer != nil {
+		return l.observed(ctx, key, n, "")
+	}
+	res, _, err := l.decide(ctx, key, n)
+	return res, err
+}
+
+// allowN is AllowN, reporting route to the observer.
+func (l *Limiter) allowN(ctx context.Context, key string, n int64, route string) (Result, error) {
+	if l.cfg.observer != nil {
+		return l.observed(ctx, key, n, route)
+	}
+	res, _, err := l.decide(ctx, key, n)
+	return res, err
+}
+
+// observed makes a decision and tells the observer about it.
+func (l *Limiter) observed(ctx context.Context, key string, n int64, route string) (Result, error) {
+	start := time.Now()
+	res, o, err := l.decide(ctx, key, n)
+	if !o.invalid() {
+		l.cfg.observer.Observe(Event{
+			Endpoint:    l.cfg.name,
+			Route:       route,
+			Algorithm:   l.strategy.Name(),
+			Key:         key,
+			N:           n,
+			Allowed:     res.Allowed,
+			Remaining:   res.Remaining,
+			Latency:     time.Since(start),
+			Err:         err,
+			Policy:      l.cfg.policy,
+			DecidedBy:   o.by(),
+			CircuitOpen: o.circuitOpen(),
+		})
+	}
+	return res, err
+}
+
+// outcome says how a decision was made, for the observer: a Decider in the
+// low bits and two flags. It is one byte so that decide's results fit in
+// registers (a wider outcome measurably slowed the happy path).
+type outcome uint8
+
+const (
+	outcomeCircuitOpen outcome = 1 << 6 // the breaker kept the store out of it
+	outcomeInvalid     outcome = 1 << 7 // bad input: no decision was made
+)
+
+func decidedBy(by Decider, circuitOpen bool) outcome {
+	o := outcome(by)
+	if circuitOpen {
+		o |= outcomeCircuitOpen
+	}
+	return o
+}
+
+func (o outcome) by() Decider       { return Decider(o &^ (outcomeCircuitOpen | outcomeInvalid)) }
+func (o outcome) circuitOpen() bool { return o&outcomeCircuitOpen != 0 }
+func (o outcome) invalid() bool     { return o&outcomeInvalid != 0 }
+
+// decide makes one decision: through the breaker to the store, or degraded.
+func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outcome, error) {
 	req, err := l.request(key, n)
 	if err != nil {
-		return Result{Limit: l.strategy.Limit()}, err
+		return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 	}
 	if err := ctx.Err(); err != nil {
-		return l.degraded(fmt.Errorf("fleetlimit: decision for %q not made: %w", key, err))
+		return l.byPolicy(), outcome(DecidedByPolicy), fmt.Errorf("fleetlimit: decision for %q not made: %w", key, err)
+	}
+	// The breaker's closed path is written out here rather than called, so
+	// that it costs two atomic loads and no call (see Breaker).
+	b := l.cfg.breaker
+	var p probe
+	if b != nil && b.open.Load() {
+		var ok bool
+		if p, ok = b.admitOpen(); !ok {
+			return l.degraded(ctx, req, errCircuitOpen, true)
+		}
 	}
 	d, err := l.store.Decide(ctx, req)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return l.degraded(fmt.Errorf("fleetlimit: decision for %q abandoned: %w", key, ctxErr))
+			b.abandon(p)
+			return l.byPolicy(), outcome(DecidedByPolicy), fmt.Errorf("fleetlimit: decision for %q abandoned: %w", key, ctxErr)
 		}
-		return l.degraded(fmt.Errorf("%w: %w", ErrStoreUnavailable, err))
+		if availabilityFailure(err) {
+			b.failure(p)
+		} else {
+			b.success(p) // the store answered: it is up, one key is bad
+		}
+		return l.degraded(ctx, req, fmt.Errorf("%w: %w", ErrStoreUnavailable, err), false)
 	}
-	return Result(d), nil
+	if p != 0 {
+		b.probeSucceeded(p)
+	} else if b != nil && b.fails.Load() != 0 {
+		b.success(0)
+	}
+	return Result(d), outcome(DecidedByStore), nil
 }
 
 // request validates a call and builds the store request.
@@ -195,8 +296,22 @@ func (l *Limiter) request(key string, n int64) (store.Request, error) {
 	return req, nil
 }
 
-// degraded returns the policy's Result for a decision the store did not make.
-func (l *Limiter) degraded(err error) (Result, error) {
+// degraded decides req, which the store did not, with the fallback or else
+// the policy; err (wrapping ErrStoreUnavailable) is returned either way.
+func (l *Limiter) degraded(ctx context.Context, req store.Request, err error, circuitOpen bool) (Result, outcome, error) {
+	if fb := l.fallback; fb != nil {
+		req.Strategy = fb.strategy
+		d, ferr := fb.store.Decide(ctx, req)
+		if ferr == nil {
+			return Result(d), decidedBy(DecidedByFallback, circuitOpen), err
+		}
+		err = fmt.Errorf("%w (and the fallback failed: %w)", err, ferr)
+	}
+	return l.byPolicy(), decidedBy(DecidedByPolicy, circuitOpen), err
+}
+
+// byPolicy returns the policy's Result for a decision the store did not make.
+func (l *Limiter) byPolicy() Result {
 	r := Result{Limit: l.strategy.Limit()}
 	switch l.cfg.policy {
 	case FailClosed:
@@ -204,7 +319,7 @@ func (l *Limiter) degraded(err error) (Result, error) {
 	default:
 		r.Allowed = true
 	}
-	return r, err
+	return r
 }
 
 // config holds every option; defaults live in defaults.
@@ -214,7 +329,14 @@ type config struct {
 	clock   func() time.Time
 	policy  FailurePolicy
 	timeout time.Duration
-	errs    []error
+
+	breaker           *Breaker // nil: a breaker of its own, unless noBreaker
+	noBreaker         bool
+	observer          Observer
+	fallbackStore     store.Store
+	fallbackInstances int64
+
+	errs []error
 }
 
 func defaults(s algorithm.Strategy) config {
@@ -300,5 +422,35 @@ func WithName(name string) Option {
 			c.errs = append(c.errs, errors.New("empty name"))
 		}
 		c.name = name
+	})
+}
+
+// WithBreaker makes the limiter use b as its circuit breaker. Default: a
+// breaker of its own, NewBreaker(BreakerConfig{}). Pass one Breaker to every
+// limiter over the same store so that they open, probe and close together
+// (see Breaker). b must not be nil; use WithoutBreaker to have none.
+func WithBreaker(b *Breaker) Option {
+	return option(func(c *config) {
+		if b == nil {
+			c.errs = append(c.errs, errors.New("nil breaker (use WithoutBreaker to have none)"))
+		}
+		c.breaker, c.noBreaker = b, false
+	})
+}
+
+// WithoutBreaker removes the circuit breaker: every decision calls the store,
+// and a dead store costs a full timeout per decision. For tests of the store
+// path itself, and for stores that cannot fail.
+func WithoutBreaker() Option {
+	return option(func(c *config) { c.breaker, c.noBreaker = nil, true })
+}
+
+// WithObserver has o told about every decision (see Observer). Default: none.
+func WithObserver(o Observer) Option {
+	return option(func(c *config) {
+		if o == nil {
+			c.errs = append(c.errs, errors.New("nil observer"))
+		}
+		c.observer = o
 	})
 }

@@ -1,0 +1,60 @@
+package algorithm
+
+import "time"
+
+// Scaler is implemented by strategies that can build a copy of themselves
+// with a share of their capacity: what one of divisor instances may admit on
+// its own so that together they stay near the original limit. fleetlimit uses
+// it for the in-process fallback that decides while the shared store is down
+// (fleetlimit.WithFallback). The three built-in strategies implement it; a
+// custom strategy opts in by implementing it.
+type Scaler interface {
+	// Scaled returns a strategy of the same algorithm whose limit (burst,
+	// and refill rate, for a token bucket) is divided by divisor, over the
+	// same window. A limit is rounded down but never below 1; divisor <= 1
+	// returns the strategy unchanged.
+	Scaled(divisor int64) Strategy
+}
+
+var (
+	_ Scaler = (*slidingWindowLog)(nil)
+	_ Scaler = (*tokenBucket)(nil)
+	_ Scaler = (*fixedWindow)(nil)
+)
+
+// share is ⌊v/divisor⌋, at least 1.
+func share(v, divisor int64) int64 { return max(1, v/divisor) }
+
+// Scaled is SlidingWindowLog(max(1, limit/divisor), window).
+func (s *slidingWindowLog) Scaled(divisor int64) Strategy {
+	if divisor <= 1 {
+		return s
+	}
+	return SlidingWindowLog(share(s.limit, divisor), s.d)
+}
+
+// Scaled is FixedWindow(max(1, limit/divisor), window).
+func (s *fixedWindow) Scaled(divisor int64) Strategy {
+	if divisor <= 1 {
+		return s
+	}
+	return FixedWindow(share(s.limit, divisor), s.d)
+}
+
+// Scaled divides the burst (at least 1) and the rate exactly: rate tokens
+// per period*divisor is rate/divisor per period without rounding (and the
+// scaled bucket refills from empty in about the original's time). When
+// period*divisor would exceed MaxWindow or exact arithmetic, the rate is
+// rounded down instead (at least 1 per period).
+func (s *tokenBucket) Scaled(divisor int64) Strategy {
+	if divisor <= 1 {
+		return s
+	}
+	burst := share(s.burst, divisor)
+	if s.per <= MaxWindow/time.Duration(divisor) {
+		if tb := TokenBucket(s.rate, s.per*time.Duration(divisor), burst); tb.Validate() == nil {
+			return tb
+		}
+	}
+	return TokenBucket(share(s.rate, divisor), s.per, burst)
+}

@@ -1,0 +1,78 @@
+package fleetlimit_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// unscalable is a strategy that does not implement algorithm.Scaler.
+type unscalable struct{ algorithm.Strategy }
+
+func TestWithFallbackRejectsBadConfig(t *testing.T) {
+	mem := store.NewMemory()
+	defer mem.Close()
+	good := algorithm.SlidingWindowLog(10, time.Minute)
+	for name, mk := range map[string]func() (*fleetlimit.Limiter, error){
+		"nil store":   func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithFallback(nil, 4)) },
+		"0 instances": func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithFallback(mem, 0)) },
+		"strategy without Scaled": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(unscalable{good}, mem, fleetlimit.WithFallback(mem, 4))
+		},
+	} {
+		l, err := mk()
+		require.Nil(t, l, name)
+		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, name)
+	}
+}
+
+// While Redis is down the fallback enforces limit/instances in process, for
+// both policies, first on failed calls and then with the breaker open; every
+// such decision is degraded and says so.
+func TestFallbackBoundsFailOpen(t *testing.T) {
+	for _, policy := range []fleetlimit.FailurePolicy{fleetlimit.FailOpen, fleetlimit.FailClosed} {
+		mr, c := redistest.Mini(t)
+		fb := store.NewMemory()
+		t.Cleanup(func() { _ = fb.Close() })
+		rec := &recorder{}
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(8, time.Minute), store.NewRedis(c),
+			fleetlimit.WithFailurePolicy(policy), fleetlimit.WithFallback(fb, 4), fleetlimit.WithObserver(rec),
+			fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithTimeout(time.Second),
+			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(t0)})))
+		require.NoError(t, err)
+		res, err := l.Allow(bg, "u")
+		require.NoError(t, err)
+		require.Equal(t, int64(7), res.Remaining, "%v: Redis decides while it is up", policy)
+
+		mr.Close()
+		want := []fleetlimit.Result{
+			{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: time.Minute},
+			{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: time.Minute},
+			{Allowed: false, Limit: 2, Remaining: 0, RetryAfter: time.Minute, ResetAfter: time.Minute},
+			{Allowed: false, Limit: 2, Remaining: 0, RetryAfter: time.Minute, ResetAfter: time.Minute},
+		}
+		for i, w := range want {
+			res, err := l.Allow(bg, "u")
+			require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, "%v request %d", policy, i)
+			require.Equal(t, i > 0, errors.Is(err, fleetlimit.ErrCircuitOpen), "%v request %d: the first failure opens the breaker", policy, i)
+			require.Equal(t, w, res, "%v request %d: 8 per minute over 4 instances is 2 per instance", policy, i)
+		}
+		ev := rec.take()[1:]
+		require.Len(t, ev, 4)
+		for i, e := range ev {
+			require.Equal(t, fleetlimit.DecidedByFallback, e.DecidedBy, "%v event %d", policy, i)
+			require.Equal(t, policy, e.Policy)
+			require.True(t, e.Degraded())
+			require.Equal(t, want[i].Allowed, e.Allowed)
+			require.Equal(t, want[i].Remaining, e.Remaining)
+			require.Equal(t, i > 0, e.CircuitOpen)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package fleetlimit
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Response header fields the middleware writes. net/http sends them in its
+// canonical case (X-Ratelimit-Limit, Ratelimit-Policy); field names are
+// case-insensitive.
+const (
+	HeaderRateLimitLimit     = "X-RateLimit-Limit"
+	HeaderRateLimitRemaining = "X-RateLimit-Remaining"
+	HeaderRateLimitReset     = "X-RateLimit-Reset"
+	HeaderRetryAfter         = "Retry-After"
+	// HeaderRateLimitPolicy and HeaderRateLimit are the fields of the IETF
+	// draft draft-ietf-httpapi-ratelimit-headers-10, structured-field Lists
+	// (RFC 8941/9651) of one Item each.
+	HeaderRateLimitPolicy = "RateLimit-Policy"
+	HeaderRateLimit       = "RateLimit"
+)
+
+// ceilSeconds is d in whole seconds, rounded up; 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// retryAfterSeconds is the Retry-After of a denial: whole seconds, rounded
+// up, at least 1 (a denial is never "retry now").
+func retryAfterSeconds(d time.Duration) int64 { return max(1, ceilSeconds(d)) }
+
+// headerValues are the parts of a limiter's headers that never change,
+// built once per middleware.
+type headerValues struct {
+	limit  string // X-RateLimit-Limit
+	policy string // RateLimit-Policy: "name";q=100;w=60
+	item   string // the start of RateLimit: "name";r=
+}
+
+// newHeaderValues builds the static header values of a limiter named name
+// with strategy limit and window. The window is given as w only when it is
+// a whole number of seconds: the draft has no sub-second windows, and a
+// rounded one would misstate the policy.
+func newHeaderValues(name string, limit int64, window time.Duration) headerValues {
+	item := sfString(name)
+	policy := item + ";q=" + strconv.FormatInt(limit, 10)
+	if window >= time.Second && window%time.Second == 0 {
+		policy += ";w=" + strconv.FormatInt(int64(window/time.Second), 10)
+	}
+	return headerValues{
+		limit:  strconv.FormatInt(limit, 10),
+		policy: policy,
+		item:   item + ";r=",
+	}
+}
+
+// sfString serializes s as an RFC 8941 sf-string: in double quotes, with '"'
+// and '\' escaped. Bytes outside printable ASCII, which an sf-string cannot
+// hold, become '_'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('_')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// setLimitHeaders writes the headers of a decision the store made.
+//
+// RateLimit's t is the time until more quota is available, as the draft
+// defines it, chosen so that it never contradicts the other fields: on an
+// admission it is X-RateLimit-Reset (by then all of the quota is back); on a
+// denial it is Retry-After (by then this request would pass), because the
+// draft says Retry-After should not point earlier than t.
+func (hv *headerValues) setLimitHeaders(h http.Header, res Result, draft bool) {
+	reset := ceilSeconds(res.ResetAfter)
+	h.Set(HeaderRateLimitLimit, hv.limit)
+	h.Set(HeaderRateLimitRemaining, strconv.FormatInt(res.Remaining, 10))
+	h.Set(HeaderRateLimitReset, strconv.FormatInt(reset, 10))
+	t := reset
+	if !res.Allowed {
+		t = retryAfterSeconds(res.RetryAfter)
+		h.Set(HeaderRetryAfter, strconv.FormatInt(t, 10))
+	}
+	if draft {
+		h.Set(HeaderRateLimitPolicy, hv.policy)
+		h.Set(HeaderRateLimit, hv.item+strconv.FormatInt(res.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+	}
+}
+
+// setDegradedHeaders writes the headers of a decision the store did not
+// make: only what is known without it — the limit and the policy. Remaining,
+// reset and the RateLimit field are omitted rather than guessed: the shared
+// count is unknown, and a fallback's local count is not the client's quota.
+func (hv *headerValues) setDegradedHeaders(h http.Header, draft bool) {
+	h.Set(HeaderRateLimitLimit, hv.limit)
+	if draft {
+		h.Set(HeaderRateLimitPolicy, hv.policy)
+	}
+}

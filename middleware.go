@@ -1,0 +1,317 @@
+package fleetlimit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+)
+
+// Middleware returns net/http middleware that charges every request to the
+// client key names, through l, before the next handler runs. Per-endpoint
+// limits are plain code: wrap each handler with its own limiter.
+//
+//	login := fleetlimit.Middleware(loginLimiter, clientIP)
+//	mux.Handle("POST /login", login(loginHandler))
+//
+// Responses:
+//   - admitted: the next handler runs, with X-RateLimit-Limit,
+//     X-RateLimit-Remaining, X-RateLimit-Reset (whole seconds until the quota
+//     is full again, rounded up) and, unless WithDraftHeaders(false), the IETF
+//     draft fields RateLimit-Policy ("name";q=100;w=60) and RateLimit
+//     ("name";r=42;t=18) already set;
+//   - denied: 429 Too Many Requests with the same headers and Retry-After
+//     (whole seconds, rounded up, at least 1);
+//   - cost above the limit (WithCost): 413 Content Too Large, no Retry-After:
+//     waiting will not help;
+//   - store unavailable: the decision is degraded (see Limiter.AllowN). If
+//     it admits (FailOpen, or the fallback), the next handler runs; if it
+//     denies (FailClosed, or the fallback), 503 Service Unavailable with
+//     Retry-After, not 429: the client did nothing wrong. Either way only
+//     X-RateLimit-Limit and RateLimit-Policy are sent: the remaining quota
+//     is unknown and is omitted rather than invented;
+//   - the key cannot be found (a KeyFunc error, or a key that is empty or
+//     longer than store.MaxKeyLen): 400 Bad Request by default, because an
+//     unidentified request let through unlimited would be a way around the
+//     limit; WithKeyErrorPassThrough lets it through instead, without
+//     headers;
+//   - the cost cannot be found (a CostFunc error): 400 Bad Request, or 411
+//     Length Required for CostByContentLength without a length.
+//
+// Each request waits at most the limiter's timeout for the decision. The
+// bodies of the responses the middleware writes itself are small plain text
+// by default; WithDenialWriter(ProblemDetailsDenial) makes them RFC 9457
+// problem details.
+//
+// A nil l or key, or an invalid option, cannot be reported from here: the
+// returned middleware then answers every request with 500 Internal Server
+// Error naming the mistake. Use NewMiddleware to get the error at start-up.
+func Middleware(l *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.Handler) http.Handler {
+	mw, err := NewMiddleware(l, key, opts...)
+	if err != nil {
+		return func(http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			})
+		}
+	}
+	return mw
+}
+
+// NewMiddleware is Middleware returning an error wrapping ErrInvalidConfig
+// for a nil limiter or KeyFunc or an invalid option.
+func NewMiddleware(l *Limiter, key KeyFunc, opts ...MiddlewareOption) (func(http.Handler) http.Handler, error) {
+	m := &middleware{
+		l:     l,
+		key:   key,
+		draft: true,
+		deny:  PlainTextDenial,
+	}
+	var errs []error
+	if l == nil {
+		errs = append(errs, errors.New("nil limiter"))
+	}
+	if key == nil {
+		errs = append(errs, errors.New("nil KeyFunc"))
+	}
+	for _, o := range opts {
+		o.applyMiddleware(m, &errs)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: middleware: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	s := l.Strategy()
+	m.hv = newHeaderValues(l.Name(), s.Limit(), s.Window())
+	return m.wrap, nil
+}
+
+// MiddlewareOption configures Middleware.
+type MiddlewareOption interface {
+	applyMiddleware(m *middleware, errs *[]error)
+}
+
+type middlewareOption func(*middleware, *[]error)
+
+func (f middlewareOption) applyMiddleware(m *middleware, errs *[]error) { f(m, errs) }
+
+// WithRoute names the route in the events the limiter's Observer receives
+// (Event.Route). Default: the ServeMux pattern that matched the request.
+func WithRoute(route string) MiddlewareOption {
+	return middlewareOption(func(m *middleware, _ *[]error) { m.route = route })
+}
+
+// WithKeyErrorPassThrough lets a request whose key cannot be found through
+// to the next handler, unlimited and without rate-limit headers, instead of
+// answering 400 Bad Request (the default). Use it only where every client
+// can be identified in practice, or where unidentified traffic is limited
+// elsewhere: otherwise leaving the key out is a way around the limit.
+func WithKeyErrorPassThrough() MiddlewareOption {
+	return middlewareOption(func(m *middleware, _ *[]error) { m.passOnKeyError = true })
+}
+
+// WithDraftHeaders turns the IETF draft fields RateLimit-Policy and RateLimit
+// on or off. Default: on.
+func WithDraftHeaders(on bool) MiddlewareOption {
+	return middlewareOption(func(m *middleware, _ *[]error) { m.draft = on })
+}
+
+// CostFunc says how much a request costs: AllowN's n. It must return at
+// least 1; an error answers 400 Bad Request (411 Length Required when it
+// wraps ErrLengthRequired).
+type CostFunc func(*http.Request) (int64, error)
+
+// WithCost charges each request cost(r) instead of 1, e.g. its payload size
+// with CostByContentLength. A request costing more than the limit is answered
+// 413 Content Too Large; a cost below 1 is the cost function's bug and is
+// answered 500 Internal Server Error.
+func WithCost(cost CostFunc) MiddlewareOption {
+	return middlewareOption(func(m *middleware, errs *[]error) {
+		if cost == nil {
+			*errs = append(*errs, errors.New("nil CostFunc"))
+		}
+		m.cost = cost
+	})
+}
+
+// ErrLengthRequired is returned by CostByContentLength for a request whose
+// length is unknown (a chunked body).
+var ErrLengthRequired = errors.New("fleetlimit: request length required")
+
+// CostByContentLength charges a request one unit per unit bytes of its body,
+// rounded up, and at least 1 (a request without a body costs 1). A body of
+// unknown length (chunked) is ErrLengthRequired, answered 411 Length
+// Required: the request cannot be charged before it is read. unit must be >=
+// 1; smaller values count as 1.
+func CostByContentLength(unit int64) CostFunc {
+	unit = max(1, unit)
+	return func(r *http.Request) (int64, error) {
+		if r.ContentLength < 0 {
+			return 0, ErrLengthRequired
+		}
+		return max(1, r.ContentLength/unit+min(1, r.ContentLength%unit)), nil
+	}
+}
+
+// WithDenialWriter sets how the middleware writes the responses it answers
+// itself (429, 503, 400, 411, 413, 500): every header but Content-Type is
+// already set when it is called, and it must write the status d.Status.
+// Default: PlainTextDenial.
+func WithDenialWriter(f DenialWriter) MiddlewareOption {
+	return middlewareOption(func(m *middleware, errs *[]error) {
+		if f == nil {
+			*errs = append(*errs, errors.New("nil DenialWriter"))
+		}
+		m.deny = f
+	})
+}
+
+// Denial is a response the middleware answers itself.
+type Denial struct {
+	// Status is the HTTP status code to write: 429, 503, 400, 411, 413 or
+	// 500.
+	Status int
+	// Policy is the limiter's name, as in the RateLimit-Policy field.
+	Policy string
+	// Detail is a one-line explanation for the client, e.g. "rate limit
+	// exceeded: retry in 3 seconds".
+	Detail string
+	// Result is the limiter's decision (zero when no decision was made).
+	Result Result
+	// Err is the error behind a 503, 400, 411 or 500; nil for 429 and 413.
+	Err error
+}
+
+// DenialWriter writes a Denial's status and body.
+type DenialWriter func(w http.ResponseWriter, r *http.Request, d Denial)
+
+// PlainTextDenial writes d.Detail as a text/plain body: the default.
+func PlainTextDenial(w http.ResponseWriter, _ *http.Request, d Denial) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(d.Status)
+	_, _ = fmt.Fprintln(w, d.Detail)
+}
+
+// Problem types of draft-ietf-httpapi-ratelimit-headers-10, section 5.
+const (
+	ProblemQuotaExceeded            = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	ProblemTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+// ProblemDetailsDenial writes an RFC 9457 problem details body
+// (application/problem+json). A 429 has the draft's quota-exceeded type and a
+// 503 its temporary-reduced-capacity type, each with the draft's
+// violated-policies member naming the limiter; other statuses are
+// about:blank.
+func ProblemDetailsDenial(w http.ResponseWriter, _ *http.Request, d Denial) {
+	p := struct {
+		Type     string   `json:"type"`
+		Title    string   `json:"title"`
+		Status   int      `json:"status"`
+		Detail   string   `json:"detail,omitempty"`
+		Violated []string `json:"violated-policies,omitempty"`
+	}{Type: "about:blank", Title: http.StatusText(d.Status), Status: d.Status, Detail: d.Detail}
+	switch d.Status {
+	case http.StatusTooManyRequests:
+		p.Type, p.Violated = ProblemQuotaExceeded, []string{d.Policy}
+	case http.StatusServiceUnavailable:
+		p.Type, p.Violated = ProblemTemporaryReducedCapacity, []string{d.Policy}
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(d.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+type middleware struct {
+	l              *Limiter
+	key            KeyFunc
+	cost           CostFunc
+	route          string
+	passOnKeyError bool
+	draft          bool
+	deny           DenialWriter
+	hv             headerValues
+}
+
+func (m *middleware) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(next, w, r) })
+}
+
+func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	key, err := m.key(r)
+	if err != nil {
+		m.keyError(next, w, r, err)
+		return
+	}
+	n := int64(1)
+	if m.cost != nil {
+		if n, err = m.cost(r); err != nil {
+			status := http.StatusBadRequest
+			if errors.Is(err, ErrLengthRequired) {
+				status = http.StatusLengthRequired
+			}
+			m.deny(w, r, Denial{Status: status, Policy: m.l.Name(), Err: err, Detail: err.Error()})
+			return
+		}
+	}
+	route := m.route
+	if route == "" {
+		route = r.Pattern
+	}
+	// A cost beyond what AllowN accepts cannot pass any limit either: charge
+	// the most it accepts, so that the answer is a 413, not a 500.
+	res, err := m.l.allowN(r.Context(), key, min(n, algorithm.MaxInt), route)
+	switch {
+	case err == nil:
+		m.hv.setLimitHeaders(w.Header(), res, m.draft)
+		switch {
+		case res.Allowed:
+			next.ServeHTTP(w, r)
+		case n > res.Limit:
+			w.Header().Del(HeaderRetryAfter)
+			m.deny(w, r, Denial{Status: http.StatusRequestEntityTooLarge, Policy: m.l.Name(), Result: res,
+				Detail: fmt.Sprintf("request cost %d exceeds the limit %d", n, res.Limit)})
+		default:
+			secs := retryAfterSeconds(res.RetryAfter)
+			m.deny(w, r, Denial{Status: http.StatusTooManyRequests, Policy: m.l.Name(), Result: res,
+				Detail: "rate limit exceeded: retry in " + plural(secs, "second")})
+		}
+	case errors.Is(err, ErrInvalidKey):
+		m.keyError(next, w, r, err)
+	case errors.Is(err, ErrInvalidCost), errors.Is(err, ErrClockOutOfRange):
+		m.deny(w, r, Denial{Status: http.StatusInternalServerError, Policy: m.l.Name(), Err: err,
+			Detail: "rate limiter misconfigured"})
+	default:
+		// Degraded: the store did not decide (or the client went away).
+		m.hv.setDegradedHeaders(w.Header(), m.draft)
+		if res.Allowed {
+			next.ServeHTTP(w, r)
+			return
+		}
+		secs := retryAfterSeconds(res.RetryAfter)
+		w.Header().Set(HeaderRetryAfter, strconv.FormatInt(secs, 10))
+		m.deny(w, r, Denial{Status: http.StatusServiceUnavailable, Policy: m.l.Name(), Result: res, Err: err,
+			Detail: "rate limiter unavailable: retry in " + plural(secs, "second")})
+	}
+}
+
+// keyError answers a request whose client cannot be identified.
+func (m *middleware) keyError(next http.Handler, w http.ResponseWriter, r *http.Request, err error) {
+	if m.passOnKeyError {
+		next.ServeHTTP(w, r)
+		return
+	}
+	m.deny(w, r, Denial{Status: http.StatusBadRequest, Policy: m.l.Name(), Err: err, Detail: err.Error()})
+}
+
+// plural is "1 second", "3 seconds".
+func plural(n int64, unit string) string {
+	s := strconv.FormatInt(n, 10) + " " + unit
+	if n != 1 {
+		s += "s"
+	}
+	return s
+}

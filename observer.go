@@ -1,0 +1,93 @@
+package fleetlimit
+
+import (
+	"fmt"
+	"time"
+)
+
+// Observer is told about every decision a Limiter makes: to count, log or
+// trace them without a metrics dependency in this package (see SlogObserver,
+// and docs/http.md for Prometheus counters in ten lines).
+//
+// Observe is called synchronously, once per decision, on the goroutine that
+// called AllowN, after the decision is made and before AllowN returns; there
+// is no goroutine or queue in between. It must therefore be fast and safe for
+// concurrent use, and must not retain the Event's error beyond the call if it
+// cares about memory. Calls with invalid input (ErrInvalidKey,
+// ErrInvalidCost, ErrClockOutOfRange) are not decisions and are not observed.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to the Observer interface.
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// Event describes one decision.
+type Event struct {
+	// Endpoint is the limiter's name (WithName; default the strategy's
+	// name): the endpoint a per-endpoint limiter guards.
+	Endpoint string
+	// Route is the HTTP route when the decision was made by Middleware:
+	// WithRoute, or else the ServeMux pattern that matched the request.
+	// Empty for direct AllowN calls.
+	Route string
+	// Algorithm is the strategy's name, e.g. "token_bucket".
+	Algorithm string
+	// Key is the client's key, e.g. a user id or an IP prefix. It is
+	// unbounded in number: never use it as a metric label.
+	Key string
+	// N is the cost charged.
+	N int64
+	// Allowed and Remaining are those of the Result AllowN returned.
+	Allowed   bool
+	Remaining int64
+	// Latency is how long the decision took, the store's round trip
+	// included, on the monotonic clock (never the WithClock clock).
+	Latency time.Duration
+
+	// Err is nil when the store decided. Otherwise the decision is
+	// degraded: Err is the error AllowN returned (wrapping
+	// ErrStoreUnavailable, and ErrCircuitOpen when the breaker kept the
+	// store out of it; or the caller's context error).
+	Err error
+	// Policy is the limiter's failure policy: what a degraded decision
+	// applies when DecidedBy is DecidedByPolicy.
+	Policy FailurePolicy
+	// DecidedBy says who made the decision: the store, the failure policy,
+	// or the in-process fallback (WithFallback).
+	DecidedBy Decider
+	// CircuitOpen reports that the circuit breaker kept the store out of
+	// this decision: the store was not called.
+	CircuitOpen bool
+}
+
+// Degraded reports whether the store did not make this decision.
+func (e Event) Degraded() bool { return e.Err != nil }
+
+// Decider says who made a decision.
+type Decider uint8
+
+const (
+	// DecidedByStore: the shared store decided, as it should.
+	DecidedByStore Decider = iota
+	// DecidedByPolicy: the store could not, and the FailurePolicy did.
+	DecidedByPolicy
+	// DecidedByFallback: the store could not, and the in-process fallback
+	// limiter (WithFallback) did.
+	DecidedByFallback
+)
+
+func (d Decider) String() string {
+	switch d {
+	case DecidedByStore:
+		return "store"
+	case DecidedByPolicy:
+		return "policy"
+	case DecidedByFallback:
+		return "fallback"
+	}
+	return fmt.Sprintf("Decider(%d)", int(d))
+}

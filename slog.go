@@ -1,0 +1,60 @@
+package fleetlimit
+
+import (
+	"context"
+	"log/slog"
+)
+
+// SlogObserver returns an Observer that logs decisions to logger (nil:
+// slog.Default()): degraded decisions at Warn, with the error, the policy,
+// who decided and whether the breaker was open; denials at Info; admissions
+// at Debug. Each record carries endpoint, route (when set), algorithm, key,
+// n, allowed, remaining and latency. Levels the logger does not enable cost
+// one Enabled call and no allocation.
+//
+// Keys are client identifiers (user ids, IP prefixes): mind your retention
+// rules when logging admissions and denials.
+func SlogObserver(logger *slog.Logger) Observer {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return slogObserver{logger}
+}
+
+type slogObserver struct{ log *slog.Logger }
+
+func (o slogObserver) Observe(e Event) {
+	level, msg := slog.LevelDebug, "rate limit: admitted"
+	switch {
+	case e.Degraded():
+		level, msg = slog.LevelWarn, "rate limit: degraded decision, store unavailable"
+	case !e.Allowed:
+		level, msg = slog.LevelInfo, "rate limit: denied"
+	}
+	ctx := context.Background()
+	if !o.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 13)
+	attrs = append(attrs, slog.String("endpoint", e.Endpoint))
+	if e.Route != "" {
+		attrs = append(attrs, slog.String("route", e.Route))
+	}
+	attrs = append(attrs,
+		slog.String("algorithm", e.Algorithm),
+		slog.String("key", e.Key),
+		slog.Int64("n", e.N),
+		slog.Bool("allowed", e.Allowed),
+		slog.Int64("remaining", e.Remaining),
+		slog.Duration("latency", e.Latency),
+	)
+	if e.Degraded() {
+		attrs = append(attrs,
+			slog.String("error", e.Err.Error()),
+			slog.String("policy", e.Policy.String()),
+			slog.String("decided_by", e.DecidedBy.String()),
+			slog.Bool("circuit_open", e.CircuitOpen),
+		)
+	}
+	o.log.LogAttrs(ctx, level, msg, attrs...)
+}
