@@ -22,16 +22,22 @@ if now == nil then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local idx = math.floor(now / window)
-local window_end = (idx + 1) * window
 
 local count = 0
 local v = redis.call('GET', key)
 if v then
   local sep = string.find(v, ':', 1, true)
-  if sep and tonumber(string.sub(v, 1, sep - 1)) == idx then
-    count = tonumber(string.sub(v, sep + 1))
+  local vidx = sep and tonumber(string.sub(v, 1, sep - 1))
+  -- Time never runs backwards for one key: a caller whose clock is behind the
+  -- newest window counted (WithClock skew) is judged at that window's start,
+  -- rather than reopening an older window with a fresh count.
+  if vidx and vidx > idx then
+    idx = vidx
+    now = idx * window
   end
+  if vidx == idx then count = tonumber(string.sub(v, sep + 1)) end
 end
+local window_end = (idx + 1) * window
 
 if n <= limit and count + n <= limit then
   redis.call('SET', key, string.format('%d:%d', idx, count + n),
