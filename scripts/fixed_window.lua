@@ -39,7 +39,9 @@ if v then
 end
 local window_end = (idx + 1) * window
 
-if n <= limit and count + n <= limit then
+-- n <= limit - count, not count + n <= limit: at a limit of 2^53 the sum
+-- can be 2^53 + 1, which a double rounds down to 2^53.
+if n <= limit - count then
   redis.call('SET', key, string.format('%d:%d', idx, count + n),
     'PX', math.ceil((window_end - now) / 1000))
   return {1, limit - count - n, 0, window_end - now}

@@ -34,7 +34,9 @@ end
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
 local count = redis.call('ZCARD', key)
 
-if n <= limit and count + n <= limit then
+-- n <= limit - count, not count + n <= limit: at a limit of 2^53 the sum
+-- can be 2^53 + 1, which a double rounds down to 2^53.
+if n <= limit - count then
   -- Members are "<now mod 2*window>:<count+i>". Two live members are less than
   -- one window apart, so different admission times never share a residue;
   -- members admitted at the same (clamped, non-decreasing) time number
