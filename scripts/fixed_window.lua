@@ -28,14 +28,19 @@ local v = redis.call('GET', key)
 if v then
   local sep = string.find(v, ':', 1, true)
   local vidx = sep and tonumber(string.sub(v, 1, sep - 1))
+  local vcount = sep and tonumber(string.sub(v, sep + 1))
+  if not (vidx and vcount) then
+    -- Something else wrote this key: say so rather than overwrite it.
+    return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a fixed window counter')
+  end
   -- Time never runs backwards for one key: a caller whose clock is behind the
   -- newest window counted (WithClock skew) is judged at that window's start,
   -- rather than reopening an older window with a fresh count.
-  if vidx and vidx > idx then
+  if vidx > idx then
     idx = vidx
     now = idx * window
   end
-  if vidx == idx then count = tonumber(string.sub(v, sep + 1)) end
+  if vidx == idx then count = vcount end
 end
 local window_end = (idx + 1) * window
 
