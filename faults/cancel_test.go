@@ -22,33 +22,16 @@ import (
 // It returns how many keys it saw.
 func requireAllKeysExpire(t *testing.T, c redis.UniversalClient, prefix string) int {
 	t.Helper()
-	var mu sync.Mutex
-	var keys []string
-	scan := func(ctx context.Context, n *redis.Client) error {
-		iter := n.Scan(ctx, 0, prefix+"*", 500).Iterator()
-		for iter.Next(ctx) {
-			ttl, err := n.PTTL(ctx, iter.Val()).Result()
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			keys = append(keys, iter.Val())
-			mu.Unlock()
-			if ttl <= 0 {
-				return fmt.Errorf("key %q has PTTL %v", iter.Val(), ttl)
-			}
+	n := 0
+	for _, keys := range redistest.KeysByNode(t, c, prefix+"*") {
+		for _, k := range keys {
+			ttl, err := c.PTTL(bg, k).Result()
+			require.NoError(t, err)
+			require.Positive(t, ttl, "key %q", k)
+			n++
 		}
-		return iter.Err()
 	}
-	switch c := c.(type) {
-	case *redis.ClusterClient:
-		require.NoError(t, c.ForEachMaster(bg, scan))
-	case *redis.Client:
-		require.NoError(t, scan(bg, c))
-	default:
-		t.Fatalf("cannot scan a %T", c)
-	}
-	return len(keys)
+	return n
 }
 
 // cancelAfter returns a context cancelled after d.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,4 +54,37 @@ func Cluster(t testing.TB, opts ...func(*redis.ClusterOptions)) *redis.ClusterCl
 		t.Fatalf("real redis cluster at %v: %v", o.Addrs, err)
 	}
 	return c
+}
+
+// KeysByNode returns the keys matching pattern on each node that holds any,
+// by node address: every master of a cluster client, or the one server of a
+// plain client. It fails the test on an error or another client type.
+func KeysByNode(t testing.TB, c redis.UniversalClient, pattern string) map[string][]string {
+	t.Helper()
+	var mu sync.Mutex
+	found := map[string][]string{}
+	scan := func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			found[node.Options().Addr] = append(found[node.Options().Addr], iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		t.Fatalf("redistest: cannot scan a %T", c)
+	}
+	if err != nil {
+		t.Fatalf("redistest: scan %q: %v", pattern, err)
+	}
+	return found
 }
