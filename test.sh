@@ -38,15 +38,19 @@ start_redis() {
     local port=$(( (RANDOM % 20000) + 30000 ))
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
     if (exec 3<>"/dev/tcp/127.0.0.1/$((port + 10000))") 2>/dev/null; then continue; fi
+    rm -f "$dir/redis.pid" "$dir/redis.log"
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
       --daemonize yes --dir "$dir" --logfile "$dir/redis.log" \
       --pidfile "$dir/redis.pid" "$@" || continue
     for _ in $(seq 1 100); do
-      if redis-cli -p "$port" ping >/dev/null 2>&1; then
-        pids+=("$(cat "$dir/redis.pid")")
+      # Another process may have taken the port since the check (the
+      # tests' own servers use ephemeral ports): only ours has our dir.
+      if [ "$(redis-cli -p "$port" config get dir 2>/dev/null | tail -n 1)" = "$(cd "$dir" && pwd -P)" ]; then
+        pids+=("$(redis-cli -p "$port" info server | tr -d '\r' | sed -n 's/^process_id://p')")
         REDIS_PORT=$port
         return 0
       fi
+      [ -f "$dir/redis.log" ] && grep -q 'Address already in use\|Could not create server' "$dir/redis.log" && break
       sleep 0.05
     done
     [ -f "$dir/redis.pid" ] && kill "$(cat "$dir/redis.pid")" 2>/dev/null || true
