@@ -8,6 +8,7 @@ require (
 	github.com/leanovate/gopter v0.2.11
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
 	golang.org/x/time v0.16.0
 )
 

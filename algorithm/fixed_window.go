@@ -18,6 +18,13 @@ var fixedWindowScript = NewScript("fw", scripts.FixedWindow)
 // 2*limit. fleetlimit keeps it on purpose, so that the burst can be shown and
 // measured; prefer SlidingWindowLog or TokenBucket.
 //
+// Time never runs backwards for a key: a request whose clock is behind the
+// newest window the key has counted in is judged at that window's start, so
+// that a clock behind (fleetlimit.WithClock) cannot reopen an older window
+// with a fresh count. With client clocks skewed by at most δ, an edge can
+// come up to δ early; the burst around it is still at most 2*limit. With the
+// default Redis server TIME there is no skew.
+//
 // Denied requests are not counted. The returned Strategy is safe for
 // concurrent use. Invalid parameters are reported by Validate, never by a
 // panic.
@@ -66,6 +73,10 @@ func (s *fixedWindow) Decide(state State, now time.Time, n int64) (Decision, err
 	}
 	t := now.UnixMicro()
 	idx := floorDiv(t, s.window)
+	if st.end != 0 && st.index > idx {
+		// Time never runs backwards for a key (see the Lua twin).
+		idx, t = st.index, st.index*s.window
+	}
 	end := (idx + 1) * s.window
 	var count int64
 	if st.end != 0 && st.index == idx {

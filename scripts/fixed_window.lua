@@ -22,18 +22,31 @@ if now == nil then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local idx = math.floor(now / window)
-local window_end = (idx + 1) * window
 
 local count = 0
 local v = redis.call('GET', key)
 if v then
   local sep = string.find(v, ':', 1, true)
-  if sep and tonumber(string.sub(v, 1, sep - 1)) == idx then
-    count = tonumber(string.sub(v, sep + 1))
+  local vidx = sep and tonumber(string.sub(v, 1, sep - 1))
+  local vcount = sep and tonumber(string.sub(v, sep + 1))
+  if not (vidx and vcount) then
+    -- Something else wrote this key: say so rather than overwrite it.
+    return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a fixed window counter')
   end
+  -- Time never runs backwards for one key: a caller whose clock is behind the
+  -- newest window counted (WithClock skew) is judged at that window's start,
+  -- rather than reopening an older window with a fresh count.
+  if vidx > idx then
+    idx = vidx
+    now = idx * window
+  end
+  if vidx == idx then count = vcount end
 end
+local window_end = (idx + 1) * window
 
-if n <= limit and count + n <= limit then
+-- n <= limit - count, not count + n <= limit: at a limit of 2^53 the sum
+-- can be 2^53 + 1, which a double rounds down to 2^53.
+if n <= limit - count then
   redis.call('SET', key, string.format('%d:%d', idx, count + n),
     'PX', math.ceil((window_end - now) / 1000))
   return {1, limit - count - n, 0, window_end - now}

@@ -39,7 +39,9 @@ end
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
 local count = redis.call('ZCARD', key)
 
-if n <= limit and count + n <= limit then
+-- n <= limit - count, not count + n <= limit: the sum of two doubles can
+-- round (at a limit near 2^53), the difference cannot.
+if n <= limit - count then
   -- Members are "<now mod 2*window>:<seq>". Two live members are less than
   -- one window apart, so different admission times never share a residue,
   -- and the residue keeps members short (memory is spent per unit). Units

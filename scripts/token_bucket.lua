@@ -41,6 +41,10 @@ if v then
     tat = tonumber(v)
     e = 0
   end
+  if not (tat and e) then
+    -- Something else wrote this key: say so rather than fail in arithmetic.
+    return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a token bucket')
+  end
   if tat > now then
     -- A clock behind the last writer sees at most an empty bucket (elapsed
     -- time is clamped at zero), never a debt beyond the capacity.

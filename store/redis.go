@@ -185,9 +185,27 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 		reply, err = r.runAbandonable(ctx, script, keys, args)
 	}
 	if err != nil {
+		if ctxErr := contextErr(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
+			// go-redis reports a deadline that struck inside a socket read as
+			// the socket's i/o timeout; say which deadline it was.
+			err = fmt.Errorf("%w: %w", ctxErr, err)
+		}
 		return algorithm.Decision{}, redisError(keys[0], err)
 	}
 	return parseReply(reply, req.Strategy.Limit())
+}
+
+// contextErr is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
+// has passed: Err lags the deadline until the context's timer has run, while
+// a socket deadline set to the same instant may already have fired.
+func contextErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // run is EVALSHA, then EVAL if the server does not have the script.

@@ -1,0 +1,169 @@
+package faults_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+)
+
+// burst makes workers × calls concurrent calls of l on key and returns every
+// outcome.
+func burst(l *fleetlimit.Limiter, key string, workers, calls int) []outcome {
+	var mu sync.Mutex
+	var outs []outcome
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range calls {
+				o := call(l, bg, key)
+				mu.Lock()
+				outs = append(outs, o)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return outs
+}
+
+// recovered waits (up to a hang guard) until l decides without error again,
+// on its own.
+func recovered(t *testing.T, l *fleetlimit.Limiter, key string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * hangGuard)
+	for {
+		o := call(l, bg, key)
+		if o.err == nil {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "no recovery: %v", o.err)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// faultPool is the pool size of faultClient: small, so that its bound on
+// connections is visible with 64 callers.
+const faultPool = 8
+
+// faultClient is a client through proxy p with a pool of faultPool.
+func faultClient(t *testing.T, p *redistest.Proxy) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, PoolSize: faultPool})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// requireBoundedConnections runs f while watching c's pool and proxy p, and
+// asserts that the connections stayed bounded by the pool, not by the
+// number of callers, and that no call dialled more than once.
+//
+// The pool's own count never passes its size. The proxy also sees sockets
+// the client has closed and it has not yet noticed, so its peak is judged
+// against 3x the pool (64 callers unbounded would reach 64).
+func requireBoundedConnections(t *testing.T, c *redis.Client, p *redistest.Proxy, f func() []outcome) []outcome {
+	t.Helper()
+	stop, done := make(chan struct{}), make(chan struct{})
+	var peakPool uint32
+	go func() {
+		defer close(done)
+		for {
+			peakPool = max(peakPool, c.PoolStats().TotalConns)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	accepted := p.Accepted()
+	outs := f()
+	close(stop)
+	<-done
+	accepted = p.Accepted() - accepted
+	t.Logf("%d calls: %d connections accepted, pool peak %d, proxy peak %d open", len(outs), accepted, peakPool, p.PeakOpen())
+	require.LessOrEqual(t, peakPool, uint32(faultPool), "the pool bounds connections")
+	require.LessOrEqual(t, p.PeakOpen(), 3*faultPool, "open connections at the server side")
+	require.LessOrEqual(t, accepted, int64(len(outs)), "at most one new connection per call: no retry storm")
+	return outs
+}
+
+// A hung Redis (connections accepted, nothing ever answered) costs each
+// decision at most the limiter's timeout: 64 concurrent callers all get the
+// policy's Result and an error wrapping ErrStoreUnavailable and
+// context.DeadlineExceeded. The pool bounds open connections, however many
+// callers; without a breaker each timed-out call may cost one new
+// connection. When Redis answers again, decisions recover on their own.
+func TestHungRedis(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	srv := redistest.StartServer(t)
+	p := redistest.NewProxy(t, srv.Addr)
+	c := faultClient(t, p)
+	st := redisStore(t, c)
+	for _, policy := range policies {
+		l := newLimiter(t, algorithm.TokenBucket(1000, time.Second, 1000), st, fleetlimit.WithTimeout(timeout), fleetlimit.WithFailurePolicy(policy))
+		require.NoError(t, call(l, bg, "u").err)
+
+		p.SetBlackHole(true)
+		outs := requireBoundedConnections(t, c, p, func() []outcome { return burst(l, "u", 64, 4) })
+		for i, o := range outs {
+			requireTimedOut(t, o, l, timeout, fmt.Sprintf("%s, call %d", policy, i))
+		}
+		p.SetBlackHole(false)
+		recovered(t, l, "u")
+	}
+}
+
+// A slow Redis: replies 50ms late are within a 2s timeout and decide
+// exactly (10 of 32 admitted); replies 150ms and 500ms late miss a 100ms
+// timeout, and every call gets the policy's Result with
+// context.DeadlineExceeded, connections bounded by the pool. A call that
+// times out may still have been recorded: Redis ran the script, only the
+// reply was late. That can only under-admit later, never over-admit.
+func TestSlowRedis(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	srv := redistest.StartServer(t)
+	p := redistest.NewProxy(t, srv.Addr)
+	c := faultClient(t, p)
+	st := redisStore(t, c)
+
+	p.SetLatency(50 * time.Millisecond)
+	l := newLimiter(t, algorithm.SlidingWindowLog(10, time.Hour), st, fleetlimit.WithTimeout(2*time.Second))
+	admitted := 0
+	for _, o := range burst(l, "u", faultPool, 4) {
+		require.NoError(t, o.err)
+		if o.res.Allowed {
+			admitted++
+		}
+	}
+	require.Equal(t, 10, admitted, "slow but within the timeout: exact")
+
+	for _, latency := range []time.Duration{150 * time.Millisecond, 500 * time.Millisecond} {
+		for _, policy := range policies {
+			p.SetLatency(0)
+			l := newLimiter(t, algorithm.SlidingWindowLog(1000, time.Hour), st, fleetlimit.WithTimeout(timeout), fleetlimit.WithFailurePolicy(policy))
+			warm := burst(l, "warm", faultPool, 1) // fill the pool
+			for _, o := range warm {
+				require.NoError(t, o.err)
+			}
+			p.SetLatency(latency)
+			outs := requireBoundedConnections(t, c, p, func() []outcome { return burst(l, "u", 32, 2) })
+			for i, o := range outs {
+				requireTimedOut(t, o, l, timeout, fmt.Sprintf("%v late, %s, call %d", latency, policy, i))
+			}
+			p.SetLatency(0)
+			recovered(t, l, "probe")
+			res, err := l.Allow(bg, "u")
+			require.NoError(t, err)
+			recorded := 1000 - 1 - res.Remaining
+			require.Positive(t, recorded, "%v %s: calls on warm connections reached Redis and were recorded", latency, policy)
+			require.LessOrEqual(t, recorded, int64(len(outs)), "%v %s", latency, policy)
+		}
+	}
+}
