@@ -89,18 +89,23 @@ func deny(limit, remaining int64, retry, reset time.Duration) fleetlimit.Result 
 
 // At a limit of exactly 2^53 the counters stay exact in Lua: 2^53+1 is not
 // a double, so "count + n <= limit" rounded it down and admitted one more
-// (with Remaining -1), and a sliding log would have tried to add 2^53
-// members. t0 is 30s into its minute.
+// (with Remaining -1). A sliding log refuses such a limit (it would hold a
+// member per unit). t0 is 30s into its minute.
 func TestLimitAt2Pow53(t *testing.T) {
 	const max = algorithm.MaxInt
 	runSteps(t, algorithm.FixedWindow(max, time.Minute), []step{
 		{0, max, admit(max, 0, 30*time.Second), "all of 2^53 at once"},
 		{0, 1, deny(max, 0, 30*time.Second, 30*time.Second), "not one more"},
 	})
-	runSteps(t, algorithm.SlidingWindowLog(max, time.Minute), []step{
-		{0, 1, admit(max, max-1, time.Minute), "one unit"},
-		{0, max, deny(max, max-1, time.Minute, time.Minute), "1 + 2^53 > 2^53: wait for the first unit to leave"},
-		{0, 1, admit(max, max-2, time.Minute), "and one more unit"},
+	// A sliding log keeps one member per unit, so its limit stops far below
+	// 2^53 (algorithm.MaxLogLimit), with a clear error; at that cap the
+	// exact comparison still holds.
+	require.ErrorIs(t, algorithm.SlidingWindowLog(max, time.Minute).Validate(), algorithm.ErrInvalidStrategy)
+	const logMax = algorithm.MaxLogLimit
+	runSteps(t, algorithm.SlidingWindowLog(logMax, time.Minute), []step{
+		{0, 1, admit(logMax, logMax-1, time.Minute), "one unit"},
+		{0, logMax, deny(logMax, logMax-1, time.Minute, time.Minute), "1 + the limit does not fit: wait for the first unit to leave"},
+		{0, 1, admit(logMax, logMax-2, time.Minute), "and one more unit"},
 	})
 }
 

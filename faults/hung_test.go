@@ -1,6 +1,8 @@
 package faults_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -96,10 +98,13 @@ func requireBoundedConnections(t *testing.T, c *redis.Client, p *redistest.Proxy
 
 // A hung Redis (connections accepted, nothing ever answered) costs each
 // decision at most the limiter's timeout: 64 concurrent callers all get the
-// policy's Result and an error wrapping ErrStoreUnavailable and
-// context.DeadlineExceeded. The pool bounds open connections, however many
-// callers; without a breaker each timed-out call may cost one new
-// connection. When Redis answers again, decisions recover on their own.
+// policy's Result and an error wrapping ErrStoreUnavailable — with
+// context.DeadlineExceeded until the circuit breaker opens, ErrCircuitOpen
+// after. The pool bounds open connections however many callers. While the
+// breaker is open the store is not called at all: no call waits, no
+// connection is made. When Redis answers again, the breaker's probe closes
+// it and decisions recover on their own. The breaker's clock is fake, so
+// that its cool-down ends when the test says.
 func TestHungRedis(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	srv := redistest.StartServer(t)
@@ -107,23 +112,76 @@ func TestHungRedis(t *testing.T) {
 	c := faultClient(t, p)
 	st := redisStore(t, c)
 	for _, policy := range policies {
-		l := newLimiter(t, algorithm.TokenBucket(1000, time.Second, 1000), st, fleetlimit.WithTimeout(timeout), fleetlimit.WithFailurePolicy(policy))
+		clock := newFakeClock()
+		b, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Clock: clock.now})
+		require.NoError(t, err)
+		l := newLimiter(t, algorithm.TokenBucket(1000, time.Second, 1000), st, fleetlimit.WithTimeout(timeout),
+			fleetlimit.WithFailurePolicy(policy), fleetlimit.WithBreaker(b))
 		require.NoError(t, call(l, bg, "u").err)
 
 		p.SetBlackHole(true)
 		outs := requireBoundedConnections(t, c, p, func() []outcome { return burst(l, "u", 64, 4) })
+		timedOut, open := 0, 0
 		for i, o := range outs {
-			requireTimedOut(t, o, l, timeout, fmt.Sprintf("%s, call %d", policy, i))
+			msg := fmt.Sprintf("%s, call %d", policy, i)
+			requireDegraded(t, o, l, timeout, msg)
+			switch {
+			case errors.Is(o.err, context.DeadlineExceeded):
+				timedOut++
+			case errors.Is(o.err, fleetlimit.ErrCircuitOpen):
+				open++
+			default:
+				t.Fatalf("%s: want a deadline or circuit-open error, got %v", msg, o.err)
+			}
 		}
+		t.Logf("%s: %d calls timed out, then the breaker answered %d", policy, timedOut, open)
+		require.GreaterOrEqual(t, timedOut, fleetlimit.DefaultBreakerThreshold, "%s: it takes the threshold's failures to open", policy)
+		require.Positive(t, open, "%s: the breaker opened", policy)
+		require.Equal(t, fleetlimit.BreakerOpen, b.State(), policy)
+
+		// Open: 256 more calls, none of which touches Redis.
+		accepted := p.Accepted()
+		for i, o := range burst(l, "u", 64, 4) {
+			requireDegraded(t, o, l, timeout, fmt.Sprintf("%s, open, call %d", policy, i))
+			require.ErrorIs(t, o.err, fleetlimit.ErrCircuitOpen, "%s, open, call %d", policy, i)
+		}
+		require.Equal(t, accepted, p.Accepted(), "%s: no connection is made while the breaker is open", policy)
+
+		// Redis answers again; once the cool-down is over a probe closes it.
 		p.SetBlackHole(false)
+		clock.advance(fleetlimit.DefaultMaxCoolDown)
+		require.Equal(t, fleetlimit.BreakerHalfOpen, b.State(), policy)
 		recovered(t, l, "u")
+		require.Equal(t, fleetlimit.BreakerClosed, b.State(), policy)
 	}
+}
+
+// fakeClock is a clock that moves only when told; safe for concurrent use.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
 }
 
 // A slow Redis: replies 50ms late are within a 2s timeout and decide
 // exactly (10 of 32 admitted); replies 150ms and 500ms late miss a 100ms
 // timeout, and every call gets the policy's Result with
-// context.DeadlineExceeded, connections bounded by the pool. A call that
+// context.DeadlineExceeded, connections bounded by the pool. (The breaker is
+// off here, so that every call meets the slow Redis; TestHungRedis shows the
+// breaker.) A call that
 // times out may still have been recorded: Redis ran the script, only the
 // reply was late. That can only under-admit later, never over-admit.
 func TestSlowRedis(t *testing.T) {
@@ -147,7 +205,7 @@ func TestSlowRedis(t *testing.T) {
 	for _, latency := range []time.Duration{150 * time.Millisecond, 500 * time.Millisecond} {
 		for _, policy := range policies {
 			p.SetLatency(0)
-			l := newLimiter(t, algorithm.SlidingWindowLog(1000, time.Hour), st, fleetlimit.WithTimeout(timeout), fleetlimit.WithFailurePolicy(policy))
+			l := newLimiter(t, algorithm.SlidingWindowLog(1000, time.Hour), st, fleetlimit.WithTimeout(timeout), fleetlimit.WithFailurePolicy(policy), fleetlimit.WithoutBreaker())
 			warm := burst(l, "warm", faultPool, 1) // fill the pool
 			for _, o := range warm {
 				require.NoError(t, o.err)
