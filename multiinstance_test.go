@@ -134,7 +134,8 @@ func realTimeLimiter(s algorithm.Strategy, st store.Store, prefix string) (*flee
 }
 
 // TestPropertyMultiInstanceSharedRedis: K = 1..16 limiter instances, each
-// with its own Redis client, over one Redis (miniredis, the real server),
+// with its own Redis client, over one Redis (miniredis, the real server, the
+// real 3-master Redis Cluster),
 // hit concurrently, admit exactly what one instance admits:
 //   - the admitted requests' Remaining values form one chain Limit-n1,
 //     Limit-n1-n2, ...: Redis applied them one at a time, no update lost;
@@ -147,18 +148,26 @@ func realTimeLimiter(s algorithm.Strategy, st store.Store, prefix string) (*flee
 func TestPropertyMultiInstanceSharedRedis(t *testing.T) {
 	type server struct {
 		name  string
-		addr  string
+		dial  func() redis.UniversalClient
 		cases int
 	}
 	m, _ := redistest.Mini(t)
-	servers := []server{{"miniredis", m.Addr(), fleetMiniCases}, {"redis", redistest.RealAddr(t), fleetRealCases}}
-	redistest.Real(t) // fail early when the real server does not answer
+	realAddr, clusterAddrs := redistest.RealAddr(t), redistest.ClusterAddrs(t)
+	servers := []server{
+		{"miniredis", func() redis.UniversalClient { return newFleetClient(m.Addr()) }, fleetMiniCases},
+		{"redis", func() redis.UniversalClient { return newFleetClient(realAddr) }, fleetRealCases},
+		{"cluster", func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs, ContextTimeoutEnabled: true})
+		}, fleetRealCases / 2},
+	}
+	redistest.Real(t)    // fail early when the real server does not answer
+	redistest.Cluster(t) // or the cluster
 	for _, e := range registryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, srv := range servers {
 				t.Run(srv.name, func(t *testing.T) {
 					checkProperty(t, srv.cases, prop.ForAll(func(f fleetCase) (string, error) {
-						return checkSharedRedis(srv.addr, e, f)
+						return checkSharedRedis(srv.dial, e, f)
 					}, fleetGen(false)))
 				})
 			}
@@ -170,11 +179,11 @@ func newFleetClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 }
 
-func checkSharedRedis(addr string, e algorithm.Entry, f fleetCase) (string, error) {
+func checkSharedRedis(dial func() redis.UniversalClient, e algorithm.Entry, f fleetCase) (string, error) {
 	ctx := context.Background()
-	clients := make([]*redis.Client, f.K+1)
+	clients := make([]redis.UniversalClient, f.K+1)
 	for i := range clients {
-		clients[i] = newFleetClient(addr)
+		clients[i] = dial()
 		defer clients[i].Close()
 	}
 	now, err := clients[0].Time(ctx).Result()
