@@ -21,9 +21,18 @@
 // allows bursts up to its capacity; the fixed window is the naive counter,
 // kept so that its boundary burst can be measured.
 //
+// Middleware puts a Limiter in front of any net/http handler, keyed by a
+// KeyFunc (KeyByHeader, KeyByClientIP behind trusted proxies, KeyJoin), and
+// answers with X-RateLimit-* headers, the IETF draft RateLimit and
+// RateLimit-Policy fields, 429 with Retry-After when denied, and 503 when a
+// fail-closed limiter's store is down.
+//
 // Time is read at the edge: by default inside Redis (its TIME), so clock skew
 // between app servers cannot bend a limit; WithClock supplies a clock instead
 // (tests, simulations). Every decision is bounded by WithTimeout; when the
-// store cannot answer, the FailurePolicy decides and the error satisfies
-// errors.Is(err, ErrStoreUnavailable).
+// store cannot answer, the FailurePolicy decides (or, with WithFallback, an
+// in-process limiter at limit / instances) and the error satisfies
+// errors.Is(err, ErrStoreUnavailable). A circuit breaker stops calling a
+// store that keeps failing, so an outage costs microseconds per request, not
+// a timeout; an Observer (SlogObserver for log/slog) sees every decision.
 package fleetlimit
