@@ -26,6 +26,11 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # Wait (up to 5s) for the servers to exit: a cluster node writes its
+  # nodes.conf on the way out, and rm would race it.
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
