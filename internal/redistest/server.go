@@ -33,28 +33,43 @@ func StartServer(t testing.TB, args ...string) *Server {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server is not installed: run the tests with ./test.sh, which installs it")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	s := &Server{t: t, port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir(), args: args}
-	s.Start()
+	s := &Server{t: t, dir: t.TempDir(), args: args}
 	t.Cleanup(s.Kill)
-	return s
+	// The port is free when chosen but may be taken before redis-server
+	// binds it (by another test's server): then try another.
+	var err error
+	for range 5 {
+		ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+		if lerr != nil {
+			t.Fatal(lerr)
+		}
+		s.port = ln.Addr().(*net.TCPAddr).Port
+		s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
+		_ = ln.Close()
+		if err = s.start(); err == nil {
+			return s
+		}
+	}
+	t.Fatal(err)
+	return nil
 }
 
 // Start starts the server (again) on its port and waits until it answers.
 func (s *Server) Start() {
 	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *Server) start() error {
 	if s.cmd != nil {
-		s.t.Fatalf("redis-server on %s is already running", s.Addr)
+		return fmt.Errorf("redis-server on %s is already running", s.Addr)
 	}
 	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir}, s.args...)
 	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
 	s.cmd, s.done = cmd, make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
@@ -63,18 +78,25 @@ func (s *Server) Start() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
+		dir, err := c.ConfigGet(ctx, "dir").Result()
 		cancel()
 		if err == nil {
-			return
+			if dir["dir"] == s.dir {
+				return nil
+			}
+			// Another test's server answers on this port: ours lost the race.
+			s.Kill()
+			return fmt.Errorf("port %d is taken by another redis-server (dir %q)", s.port, dir["dir"])
 		}
 		select {
 		case <-s.done:
-			s.t.Fatalf("redis-server on %s exited at start", s.Addr)
+			s.cmd = nil
+			return fmt.Errorf("redis-server on %s exited at start (port taken?)", s.Addr)
 		default:
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s did not answer: %v", s.Addr, err)
+			s.Kill()
+			return fmt.Errorf("redis-server on %s did not answer: %v", s.Addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
