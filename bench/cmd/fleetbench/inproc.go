@@ -40,6 +40,8 @@ type inprocSample struct {
 	mallocs, allocBytes  uint64
 	nsPerOp, allocsPerOp float64
 	bytesPerOp           float64
+	cpuNsPerOp           float64 // CPU time of the calling threads per call
+	blocked              float64 // share of the threads' time neither running nor waiting for a core
 	others               float64 // cores other processes used meanwhile
 }
 
@@ -129,19 +131,25 @@ func newInprocContenders() ([]*inprocContender, error) {
 }
 
 // runInproc calls op from g goroutines for d over keys and reports wall
-// time per call (so 2 goroutines that scale perfectly halve it) and heap
-// allocations per call.
+// time per call (so 2 goroutines that scale perfectly halve it), the CPU
+// time of the calling threads per call (unaffected by other processes taking
+// the cores), and heap allocations per call.
 func runInproc(ctx context.Context, op inprocOp, keys []string, g int, d time.Duration) inprocSample {
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	var stop atomic.Bool
-	var total, denied atomic.Int64
+	var total, denied, cpu, blockedNs, spanNs atomic.Int64
 	var wg sync.WaitGroup
 	lm := startLoad(0)
 	start := time.Now()
 	for j := range g {
 		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			t0 := threadCPU()
+			run0, wait0, schedOK := threadSched()
+			w0 := time.Now()
 			i, n, den := j*len(keys)/g, int64(0), int64(0)
 			for !stop.Load() {
 				for range 256 {
@@ -153,6 +161,12 @@ func runInproc(ctx context.Context, op inprocOp, keys []string, g int, d time.Du
 					}
 				}
 				n += 256
+			}
+			cpu.Add(int64(threadCPU() - t0))
+			if run1, wait1, ok := threadSched(); ok && schedOK {
+				span := time.Since(w0)
+				blockedNs.Add(int64(span - (run1 - run0) - (wait1 - wait0)))
+				spanNs.Add(int64(span))
 			}
 			total.Add(n)
 			denied.Add(den)
@@ -169,6 +183,10 @@ func runInproc(ctx context.Context, op inprocOp, keys []string, g int, d time.Du
 	s.nsPerOp = float64(elapsed.Nanoseconds()) / float64(s.ops)
 	s.allocsPerOp = float64(s.mallocs) / float64(s.ops)
 	s.bytesPerOp = float64(s.allocBytes) / float64(s.ops)
+	s.cpuNsPerOp = float64(cpu.Load()) / float64(s.ops)
+	if spanNs.Load() > 0 {
+		s.blocked = max(0, float64(blockedNs.Load())/float64(spanNs.Load()))
+	}
 	return s
 }
 

@@ -15,10 +15,11 @@ type sample struct {
 	hist             *hist // latency of every call, errors included
 	rt               int64 // client round trips
 	cmds             map[string]int64
-	cmdTotal         int64   // server commands, all kinds
-	cpu              float64 // Redis CPU seconds
-	mallocs          uint64  // Go heap allocations in this process
-	others           float64 // cores other processes used meanwhile
+	cmdTotal         int64         // server commands, all kinds
+	cpu              float64       // Redis CPU seconds
+	mallocs          uint64        // Go heap allocations in this process
+	others           float64       // cores other processes used meanwhile
+	clientCPU        time.Duration // this process's CPU time
 	firstErr         string
 }
 
@@ -124,7 +125,9 @@ func measured(ctx context.Context, srv *server, c *contender, run func() sample)
 	rt0 := c.rt.n.Load()
 	runtime.ReadMemStats(&m0)
 	lm := startLoad(srv.pid())
+	cpu0 := processCPU()
 	s := run()
+	s.clientCPU = processCPU() - cpu0
 	s.others = lm.others()
 	runtime.ReadMemStats(&m1)
 	s.rt = c.rt.n.Load() - rt0

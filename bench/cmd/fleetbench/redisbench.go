@@ -48,20 +48,21 @@ func (r *scenarioResult) get(id string) *series {
 
 // bench holds the run's configuration, its server and everything measured.
 type bench struct {
-	cfg         config
-	srv         *server
-	contenders  []*contender
-	keys        map[string][]string
-	scenarios   []*scenarioResult
-	memory      []memResult
-	logSweeps   []logSweepResult
-	inproc      []*inprocResult
-	checks      []check
-	started     time.Time
-	finished    time.Time
-	meta        meta
-	serverInfo  map[string]string
-	clientsPool int
+	cfg          config
+	srv          *server
+	contenders   []*contender
+	keys         map[string][]string
+	scenarios    []*scenarioResult
+	memory       []memResult
+	logSweeps    []logSweepResult
+	inproc       []*inprocResult
+	checks       []check
+	started      time.Time
+	finished     time.Time
+	meta         meta
+	serverInfo   map[string]string
+	serverConfig map[string]string
+	clientsPool  int
 }
 
 // check is one verification of the set-up; RESULTS.md lists them all.

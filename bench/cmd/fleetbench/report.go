@@ -72,6 +72,17 @@ func (b *bench) writeTargets(w *strings.Builder) {
 		rows = append(rows, []string{t.name, t.measured, "**" + mark + "**: " + t.verdict})
 	}
 	fmt.Fprintf(w, "%s\n%d of %d met.\n\n", table([]string{"target", "measured", "verdict"}, rows), met, len(ts))
+	seen := map[string]bool{}
+	var whys []string
+	for _, t := range ts {
+		if t.known && !t.met && t.why != "" && !seen[t.why] {
+			seen[t.why] = true
+			whys = append(whys, fmt.Sprintf("- **%s**: %s", t.name, t.why))
+		}
+	}
+	if len(whys) > 0 {
+		fmt.Fprintf(w, "Why the misses, from this run's figures:\n\n%s\n\n", strings.Join(whys, "\n"))
+	}
 }
 
 func (b *bench) redisRow(sc *scenarioResult, s *series) []string {
@@ -91,17 +102,17 @@ func (b *bench) redisRow(sc *scenarioResult, s *series) []string {
 	row = append(row,
 		fmtUs(s.quantile(0.5)), fmtUs(s.quantile(0.99)),
 		fmtF(t.per(float64(t.rt)), 2), fmtF(t.per(float64(t.cmds)), 2),
-		fmtF(t.cpuPerDecision()*1e6, 1), fmtF(t.cpuUtil(), 2),
+		fmtF(t.cpuPerDecision()*1e6, 1), fmtF(t.cpuUtil(), 2), fmtF(t.per(float64(t.clientCPU))/1e3, 1),
 		fmtF(t.per(float64(t.mallocs)), 1), errRate)
 	return row
 }
 
 var redisHeader = []string{"contender", "decisions/s", "vs redis_rate", "vs ulule", "vs throttled", "vs INCR",
-	"p50 µs", "p99 µs", "round trips", "Redis cmds", "Redis CPU µs", "Redis cores", "Go allocs", "errors"}
+	"p50 µs", "p99 µs", "round trips", "Redis cmds", "Redis CPU µs", "Redis cores", "Go CPU µs", "Go allocs", "errors"}
 
 func (b *bench) writeRedis(w *strings.Builder) {
 	fmt.Fprintf(w, "## Redis\n\n")
-	fmt.Fprintf(w, "Per decision: round trips (counted by a go-redis hook: each command or pipeline sent), Redis commands (INFO commandstats: the EVALSHA and every command the script runs), Redis CPU (INFO cpu, user+sys), Go heap allocations in the client process. "+
+	fmt.Fprintf(w, "Per decision: round trips (counted by a go-redis hook: each command or pipeline sent), Redis commands (INFO commandstats: the EVALSHA and every command the script runs), Redis CPU (INFO cpu, user+sys), the benchmark process's CPU (getrusage: the Go client, its library and the load loop) and Go heap allocations. CPU times are not inflated by other processes on the machine, unlike decisions/s and latency. "+
 		"\"Redis cores\" is Redis CPU over wall time: near 1.0 the single-threaded server is the limit. Ratios: decisions/s over the anchor's, median of per-round ratios. "+
 		"go-redis clients have their default pool (%d connections), one client per contender; every Redis key is %d bytes long.\n\n", b.clientsPool, keyLen)
 	for _, group := range []string{"10,000 keys", "one hot key"} {
@@ -222,27 +233,31 @@ func (b *bench) writeInproc(w *strings.Builder) {
 	if len(b.inproc) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "## In process (10,000 keys)\n\nns/op is wall time over calls, so two goroutines that scale perfectly halve it. Allocations from runtime.MemStats over the cell. \"vs\" columns: the anchor's ns/op over this row's (above 1: faster than the anchor). Every key is created before timing. Limits: %s\n\n", inprocParams)
+	fmt.Fprintf(w, "## In process (10,000 keys)\n\n"+
+		"CPU ns/op is the CPU time of the calling goroutines' threads (each locked to its thread) per call: other processes taking the cores do not inflate it, so it is the figure to compare on a shared machine. "+
+		"Wall ns/op is elapsed time over calls (two goroutines that scale perfectly halve it). \"blocked\" is the share of the threads' time spent neither running nor waiting for a core (/proc/thread-self/schedstat): time lost to locks. "+
+		"Projected speed-up = goroutines × (CPU ns/op at 1 goroutine ÷ at g) × (1 − blocked): what idle cores would give. "+
+		"\"vs\" columns: the anchor's CPU ns/op over this row's (above 1: faster). Allocations from runtime.MemStats. Every key is created before timing. Limits: %s\n\n", inprocParams)
 	ids := []struct{ id, label string }{{"xrate", "vs x/time/rate"}, {"golimiter", "vs go-limiter"}, {"ulule-mem", "vs ulule"}}
 	for _, g := range inprocGoroutines {
 		var rows [][]string
 		for _, r := range b.inproc {
-			row := []string{r.c.name, fmtF(r.ns(g), 0), fmtF(r.allocs(g), 2), fmtF(r.bytes(g), 0)}
+			row := []string{r.c.name, fmtF(r.cpuNs(g), 0), fmtF(r.ns(g), 0), fmtF(r.allocs(g), 2), fmtF(r.bytes(g), 0)}
 			for _, a := range ids {
 				if a.id == r.c.id {
 					row = append(row, "1")
 				} else {
-					row = append(row, fmtRatio(r.speedup(b.inprocOf(a.id), g)))
+					row = append(row, fmtRatio(r.cpuSpeedup(b.inprocOf(a.id), g)))
 				}
 			}
 			if g > 1 {
-				row = append(row, fmtRatio(r.ns(1)/r.ns(g)))
+				row = append(row, fmtF(100*r.blocked(g), 1)+"%", fmtRatio(r.projectedSpeedup(g)), fmtRatio(r.ns(1)/r.ns(g)))
 			}
 			rows = append(rows, row)
 		}
-		header := []string{"contender", "ns/op", "allocs/op", "B/op", ids[0].label, ids[1].label, ids[2].label}
+		header := []string{"contender", "CPU ns/op", "wall ns/op", "allocs/op", "B/op", ids[0].label, ids[1].label, ids[2].label}
 		if g > 1 {
-			header = append(header, "speed-up vs 1 goroutine")
+			header = append(header, "blocked", "projected speed-up vs 1", "wall speed-up vs 1")
 		}
 		fmt.Fprintf(w, "**%d goroutine(s)**\n\n%s\n", g, table(header, rows))
 	}

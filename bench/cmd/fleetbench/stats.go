@@ -53,6 +53,7 @@ type totals struct {
 	ok, errs, rt, cmds int64
 	mallocs            uint64
 	cpu                float64
+	clientCPU          time.Duration
 	elapsed            time.Duration
 	cmdsBy             map[string]int64
 }
@@ -66,6 +67,7 @@ func (s *series) totals() totals {
 		t.cmds += x.cmdTotal
 		t.mallocs += x.mallocs
 		t.cpu += x.cpu
+		t.clientCPU += x.clientCPU
 		t.elapsed += x.elapsed
 		for k, v := range x.cmds {
 			t.cmdsBy[k] += v
