@@ -35,7 +35,7 @@ const (
 
 // profileDoc says, for RESULTS.md, what limits each profile runs with.
 var profileDoc = map[profile]string{
-	spread: "100 per second per user: sliding log 100/1s, token bucket 100/s burst 100, fixed window 100/1s; redis_rate 100/s burst 100; ulule 100/1s; throttled 100/s burst 100. At 10,000 users even 200k decisions/s is 20/s per user, so nothing is denied.",
+	spread: "100 per 10 seconds per user: sliding log 100/10s, token bucket 100 per 10s burst 100, fixed window 100/10s; redis_rate and throttled 100 per 10s burst 100; ulule 100/10s. Interleaving gives each contender about a third of any 10 s, so even 100k decisions/s in its cells stays near 10 per user in a window: nothing is denied, and the windowed keys (sliding log, fixed windows) live from one round to the next, holding a few requests each. A token bucket's or GCRA's key expires as soon as the bucket is full again, so at these rates most of their decisions find no key, as they would in production.",
 	hot:    "one user with room for about a million per second: sliding log 100,000/100ms, token bucket 10^6/s burst 10^6, fixed window 10^7/1s; redis_rate and throttled 10^6/s burst 10^6; ulule 10^7/1s.",
 	mem:    "100 per hour (fixed window: 100 per minute, started clear of a minute boundary), one decision per user, so every key lives through the measurement.",
 	users:  "token bucket 100/hour burst 10^6 (redis_rate alike), fixed window 10^9/240h, ulule 10^9/1h: keys outlive the sweep and nothing is denied.",
@@ -139,7 +139,7 @@ func newContenders(addr string) ([]*contender, error) {
 	fl("fleetlimit sliding log", "fl-sl", "sl", func(p profile) algorithm.Strategy {
 		switch p {
 		case spread:
-			return algorithm.SlidingWindowLog(100, time.Second)
+			return algorithm.SlidingWindowLog(100, 10*time.Second)
 		case hot:
 			return algorithm.SlidingWindowLog(100_000, 100*time.Millisecond)
 		case mem:
@@ -150,7 +150,7 @@ func newContenders(addr string) ([]*contender, error) {
 	tb := func(p profile) algorithm.Strategy {
 		switch p {
 		case spread:
-			return algorithm.TokenBucket(100, time.Second, 100)
+			return algorithm.TokenBucket(100, 10*time.Second, 100)
 		case hot:
 			return algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)
 		case mem:
@@ -163,7 +163,7 @@ func newContenders(addr string) ([]*contender, error) {
 	fl("fleetlimit fixed window", "fl-fw", "fw", func(p profile) algorithm.Strategy {
 		switch p {
 		case spread:
-			return algorithm.FixedWindow(100, time.Second)
+			return algorithm.FixedWindow(100, 10*time.Second)
 		case hot:
 			return algorithm.FixedWindow(10_000_000, time.Second)
 		case mem:
@@ -182,7 +182,7 @@ func newContenders(addr string) ([]*contender, error) {
 			fullKey: func(user string) string { return prefix + user },
 			decider: func(p profile) (decideFunc, error) {
 				l := map[profile]redis_rate.Limit{
-					spread: {Rate: 100, Burst: 100, Period: time.Second},
+					spread: {Rate: 100, Burst: 100, Period: 10 * time.Second},
 					hot:    {Rate: 1_000_000, Burst: 1_000_000, Period: time.Second},
 					mem:    redis_rate.PerHour(100),
 					users:  {Rate: 100, Burst: 1_000_000, Period: time.Hour},
@@ -212,7 +212,7 @@ func newContenders(addr string) ([]*contender, error) {
 			fullKey: func(user string) string { return prefix + user },
 			decider: func(p profile) (decideFunc, error) {
 				r := map[profile]limiter.Rate{
-					spread: {Period: time.Second, Limit: 100},
+					spread: {Period: 10 * time.Second, Limit: 100},
 					hot:    {Period: time.Second, Limit: 10_000_000},
 					mem:    {Period: time.Hour, Limit: 100},
 					users:  {Period: time.Hour, Limit: 1_000_000_000},
@@ -240,7 +240,7 @@ func newContenders(addr string) ([]*contender, error) {
 			fullKey: func(user string) string { return prefix + user },
 			decider: func(p profile) (decideFunc, error) {
 				q, ok := map[profile]throttled.RateQuota{
-					spread: {MaxRate: throttled.PerSec(100), MaxBurst: 100},
+					spread: {MaxRate: throttled.PerDuration(100, 10*time.Second), MaxBurst: 100},
 					hot:    {MaxRate: throttled.PerSec(1_000_000), MaxBurst: 1_000_000},
 					mem:    {MaxRate: throttled.PerHour(100), MaxBurst: 100},
 				}[p]

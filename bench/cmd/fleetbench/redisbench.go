@@ -30,6 +30,8 @@ type scenario struct {
 type series struct {
 	c       *contender
 	samples []sample
+	alive   int64   // the key set's keys that exist after the last round; -1 when not counted
+	members float64 // sliding log: mean members per sampled live key
 }
 
 type scenarioResult struct {
@@ -111,7 +113,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 		if fn == nil {
 			continue
 		}
-		as = append(as, active{s: &series{c: c}, fn: fn, keys: b.keysFor(c, sc.letter, sc.users)})
+		as = append(as, active{s: &series{c: c, alive: -1}, fn: fn, keys: b.keysFor(c, sc.letter, sc.users)})
 		res.series = append(res.series, as[len(as)-1].s)
 	}
 	log.Printf("%s / %s: %d contenders x %d rounds", sc.group, sc.label, len(as), b.cfg.rounds)
@@ -140,6 +142,29 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 				return err
 			}
 			a.s.samples = append(a.s.samples, s)
+		}
+	}
+	if sc.group == "10,000 keys" {
+		for _, a := range as {
+			n, err := b.countExisting(ctx, a.s.c, a.keys)
+			if err != nil {
+				return err
+			}
+			a.s.alive = n
+			if a.s.c.id == "fl-sl" {
+				var total, live int64
+				for i := 0; i < len(a.keys) && live < 100; i += 97 {
+					m, err := b.srv.admin.ZCard(ctx, a.s.c.fullKey(a.keys[i])).Result()
+					if err != nil {
+						return err
+					}
+					if m > 0 {
+						total += m
+						live++
+					}
+				}
+				a.s.members = float64(total) / float64(max(live, 1))
+			}
 		}
 	}
 	for _, a := range as {

@@ -132,6 +132,9 @@ func (b *bench) writeRedis(w *strings.Builder) {
 			}
 			fmt.Fprintf(w, "**%s, %d goroutines**\n\n%s\n", group, g, table(redisHeader, rows))
 		}
+		if group == "10,000 keys" {
+			b.writeAlive(w)
+		}
 	}
 	if sc := b.scenario("one hot key", "64 goroutines"); sc != nil && sc.get("throttled") != nil {
 		t := sc.get("throttled").totals()
@@ -156,6 +159,33 @@ func (b *bench) writeRedis(w *strings.Builder) {
 		}
 		fmt.Fprintf(w, "### Commands per decision (10,000 keys, 8 goroutines)\n\nINFO commandstats deltas over the rounds, divided by decisions. Commands a script runs are counted under their own names.\n\n%s\n",
 			table([]string{"contender", "round trips", "Redis commands per decision"}, rows))
+	}
+}
+
+// writeAlive says how many keys outlived the 10,000-key scenarios.
+func (b *bench) writeAlive(w *strings.Builder) {
+	var rows [][]string
+	for _, g := range goroutineCounts {
+		sc := b.scenario("10,000 keys", fmt.Sprintf("%d goroutines", g))
+		if sc == nil {
+			continue
+		}
+		row := []string{fmt.Sprint(g)}
+		for _, s := range sc.series {
+			cell := fmt.Sprint(s.alive)
+			if s.c.id == "fl-sl" {
+				cell += fmt.Sprintf(" (%.1f requests each)", s.members)
+			}
+			row = append(row, cell)
+		}
+		rows = append(rows, row)
+	}
+	if len(rows) > 0 {
+		header := []string{"goroutines"}
+		for _, s := range b.scenario("10,000 keys", "1 goroutines").series {
+			header = append(header, s.c.name)
+		}
+		fmt.Fprintf(w, "Keys of the 10,000 users that existed in Redis after each 10,000-key scenario's last round (a key that expired was re-created by its next decision):\n\n%s\n", table(header, rows))
 	}
 }
 
