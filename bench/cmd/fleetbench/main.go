@@ -39,8 +39,8 @@ type config struct {
 func main() {
 	var cfg config
 	flag.BoolVar(&cfg.quick, "quick", false, "smoke test: one short round of everything")
-	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds per scenario (default 7; 1 with -quick)")
-	flag.DurationVar(&cfg.dur, "dur", 0, "length of one measured cell (default 350ms; 100ms with -quick)")
+	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds per scenario (default 19; 1 with -quick)")
+	flag.DurationVar(&cfg.dur, "dur", 0, "length of one measured cell (default 120ms; 60ms with -quick)")
 	flag.StringVar(&cfg.out, "out", "RESULTS.md", "results file")
 	flag.StringVar(&cfg.docs, "docs", "../docs/performance.md", "user guide to write from the results ('' to skip)")
 	flag.StringVar(&cfg.redisServer, "redis-server", "redis-server", "redis-server binary to start")
@@ -62,16 +62,16 @@ func defaults(cfg *config) {
 		}
 	}
 	if cfg.rounds == 0 {
-		cfg.rounds = 7
+		cfg.rounds = 19
 		if cfg.quick {
 			cfg.rounds = 1
 		}
 	}
-	set(&cfg.dur, 350*time.Millisecond, 100*time.Millisecond)
-	set(&cfg.warm, 150*time.Millisecond, 50*time.Millisecond)
-	set(&cfg.sweepDur, 400*time.Millisecond, 50*time.Millisecond)
-	set(&cfg.inprocDur, 250*time.Millisecond, 50*time.Millisecond)
-	cfg.sweepRounds = 3
+	set(&cfg.dur, 120*time.Millisecond, 60*time.Millisecond)
+	set(&cfg.warm, 100*time.Millisecond, 50*time.Millisecond)
+	set(&cfg.sweepDur, 120*time.Millisecond, 50*time.Millisecond)
+	set(&cfg.inprocDur, 80*time.Millisecond, 40*time.Millisecond)
+	cfg.sweepRounds = 9
 	if cfg.quick {
 		cfg.sweepRounds = 1
 	}

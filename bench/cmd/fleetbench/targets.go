@@ -227,9 +227,23 @@ func (b *bench) targets() []target {
 		if lim == nil || dec == nil {
 			continue
 		}
-		t = target{name: "Memory store ≤ 70 ns/op at 1 goroutine (Limiter.Allow, CPU time) — " + st.name,
-			measured: fmt.Sprintf("%.0f ns/op CPU, %.0f wall (store.Memory.Decide: %.0f CPU)", lim.cpuNs(1), lim.ns(1), dec.cpuNs(1))}
+		// The issue measured go-limiter at ~97 ns/op on its reference
+		// machine: 70 ns/op is 0.72x of that. The same ratio to go-limiter in
+		// the same rounds holds when other work slows this machine down.
+		t = target{name: "Memory store ≤ 70 ns/op at 1 goroutine (Limiter.Allow, CPU time; and ≤ 70/97 of go-limiter's time, the issue's reference) — " + st.name}
+		gl := b.inprocOf("golimiter")
+		t.measured = fmt.Sprintf("%.0f ns/op CPU, %.0f wall (store.Memory.Decide: %.0f CPU)", lim.cpuNs(1), lim.ns(1), dec.cpuNs(1))
 		atMost(&t, lim.cpuNs(1), 70, "ns/op", 0)
+		if gl != nil {
+			rel := 1 / lim.cpuSpeedup(gl, 1)
+			t.measured += fmt.Sprintf("; %.2f× go-limiter's time in the same rounds (go-limiter: %.0f ns/op)", rel, gl.cpuNs(1))
+			if rel > refGoLimiter {
+				t.met = false
+				t.verdict += fmt.Sprintf("; relative: %.2f× go-limiter's time, target ≤ %.2f×, so %.0f%% too slow", rel, refGoLimiter, 100*(rel/refGoLimiter-1))
+			} else {
+				t.verdict += fmt.Sprintf("; relative: %.2f× go-limiter's time, target ≤ %.2f×", rel, refGoLimiter)
+			}
+		}
 		if xr, gl := b.inprocOf("xrate"), b.inprocOf("golimiter"); xr != nil && gl != nil {
 			where := "the store's own path, not the Limiter around it, is most of the cost"
 			if dec.cpuNs(1) < lim.cpuNs(1)/2 {
@@ -252,6 +266,10 @@ func (b *bench) targets() []target {
 	}
 	return ts
 }
+
+// refGoLimiter is the memory-store target relative to go-limiter: 70 ns/op
+// where the issue measured go-limiter at ~97 ns/op.
+const refGoLimiter = 70.0 / 97
 
 func (b *bench) memUsage(id string) float64 {
 	for _, m := range b.memory {
