@@ -46,12 +46,12 @@ func (b *bench) docGlance(w *strings.Builder) {
 			p50 = fmtUs(one.quantile(0.5))
 		}
 		rows = append(rows, []string{s.c.name, fmtRate(s.rate()), fmtRatio(s.ratio(sc64.get("redis_rate"))), p50,
-			fmtF(t.per(float64(t.rt)), 2), fmtF(t.per(float64(t.cmds)), 1), fmtF(t.cpuPerDecision()*1e6, 1), fmtF(b.memUsage(s.c.id), 0)})
+			fmtF(t.per(float64(t.rt)), 2), fmtF(t.per(float64(t.cmds)), 1), fmtF(t.cpuPerDecision()*1e6, 1), fmtF(t.per(float64(t.clientCPU))/1e3, 1), fmtF(b.memUsage(s.c.id), 0)})
 	}
 	fmt.Fprintf(w, "## At a glance: Redis, 10,000 users\n\n%s\n", table([]string{"", "decisions/s, 64 goroutines", "vs redis_rate", "p50 µs, 1 goroutine",
-		"round trips per decision", "Redis commands per decision", "Redis CPU µs per decision", "MEMORY USAGE per user, B"}, rows))
+		"round trips per decision", "Redis commands per decision", "Redis CPU µs per decision", "app CPU µs per decision", "MEMORY USAGE per user, B"}, rows))
 	fmt.Fprintf(w, "Limits: %s Every Redis key is %d bytes long for every library, so memory compares like with like. "+
-		"\"Redis commands\" counts the EVALSHA and each command its script runs. The sliding log's memory is for a user with one request in the window; it grows with the requests held (below).\n\n",
+		"\"Redis commands\" counts the EVALSHA and each command its script runs. \"App CPU\" is what the calling process spends per decision (the Go client and library, measured with getrusage, the benchmark's own loop included). The sliding log's memory is for a user with one request in the window; it grows with the requests held (below).\n\n",
 		profileDoc[spread], keyLen)
 }
 
@@ -96,6 +96,10 @@ func (b *bench) docUsers(w *strings.Builder) {
 		rows = append(rows, row)
 	}
 	fmt.Fprintf(w, "%s\n", table(header, rows))
+	if first, last := us[0].get("fl-tb"), us[len(us)-1].get("fl-tb"); first != nil && last != nil {
+		fmt.Fprintf(w, "fleetlimit's token bucket made %s decisions/s for %d user and %s for %d users; rows move together with the machine's load (bench/RESULTS.md lists every round), not with the number of users.\n\n",
+			fmtRate(first.rate()), us[0].sc.users, fmtRate(last.rate()), us[len(us)-1].sc.users)
+	}
 	if hot := b.scenario("one hot key", "64 goroutines"); hot != nil {
 		if s := hot.get("throttled"); s != nil {
 			t := s.totals()
@@ -160,10 +164,24 @@ func (b *bench) docConcurrency(w *strings.Builder) {
 		}
 		fmt.Fprintf(w, "Decisions/s against concurrent callers (10,000 users):\n\n%s\n", table(header, rows))
 	}
-	fmt.Fprintf(w, "One caller waits for each round trip, so its rate is 1 / latency. More concurrent callers overlap their round trips until the server's single core is busy (\"Redis cores\" near 1), after which more callers add only queueing: latency grows, decisions/s does not. "+
-		"On this %d-core machine the Go client and redis-server share the cores, so the client's own CPU caps the totals before Redis does; with Redis on its own machine, the ceiling is Redis CPU (next section). "+
-		"N application instances behave like N times the goroutines against one Redis: they share its capacity. Past it, scale Redis out with Cluster: fleetlimit hash-tags each user's key, so a user's decisions stay on one shard and shards add capacity. "+
-		"A network slower than loopback adds its round-trip time to every latency and lowers decisions/s per caller accordingly, not the Redis CPU per decision.\n\n", b.meta.cores)
+	fmt.Fprintf(w, "One caller waits for each round trip, so its rate is at most 1 / latency. More concurrent callers overlap their round trips until a CPU is the limit; past that, more callers only queue: latency grows, decisions/s does not. ")
+	if len(gs) > 0 {
+		last := gs[len(gs)-1]
+		if s := last.get("fl-tb"); s != nil {
+			t := s.totals()
+			var others []float64
+			for _, x := range s.samples {
+				others = append(others, x.others)
+			}
+			fmt.Fprintf(w, "Here the limit came early: at %d goroutines fleetlimit's token bucket kept redis-server %.2f cores busy and the calling Go process %.2f, while other processes on the machine took %.2f of its %d cores; "+
+				"each decision costs about %.0f µs of CPU in total (%.0f in Redis, %.0f in the caller), so the cores were spent rather than Redis alone. ",
+				last.sc.g, t.cpuUtil(), t.clientCPU.Seconds()/t.elapsed.Seconds(), median(others), b.meta.cores,
+				t.cpuPerDecision()*1e6+t.per(float64(t.clientCPU))/1e3, t.cpuPerDecision()*1e6, t.per(float64(t.clientCPU))/1e3)
+		}
+	}
+	fmt.Fprintf(w, "In production Redis has its own machine and the callers are spread over application servers, so the ceiling is Redis's one core: the next section gives its cost per decision. "+
+		"N application instances behave like N times the goroutines against one Redis: they share its capacity. Past it, scale Redis out with Cluster: fleetlimit hash-tags each user's key, so a user's decisions stay on one shard and shards add capacity (not measured here). "+
+		"A network slower than loopback adds its round-trip time to every latency and lowers decisions/s per caller accordingly, not the CPU per decision.\n\n")
 }
 
 func (b *bench) docCPU(w *strings.Builder) {

@@ -213,11 +213,14 @@ func (b *bench) inprocPhase(ctx context.Context) error {
 		}
 		b.inproc = append(b.inproc, &inprocResult{c: c, samples: map[int][]inprocSample{}})
 	}
-	for _, g := range inprocGoroutines {
-		log.Printf("in process: %d goroutine(s), %d contenders x %d rounds", g, len(cs), b.cfg.rounds)
-		for r := range b.cfg.rounds {
-			for k := range b.inproc {
-				res := b.inproc[(k+r)%len(b.inproc)]
+	// Each round runs every contender at 1 and then 2 goroutines back to
+	// back, so that the speed-up from a second goroutine compares two runs
+	// made under the same outside load.
+	log.Printf("in process: %d contenders x %d rounds x %v goroutines", len(cs), b.cfg.rounds, inprocGoroutines)
+	for r := range b.cfg.rounds {
+		for k := range b.inproc {
+			res := b.inproc[(k+r)%len(b.inproc)]
+			for _, g := range inprocGoroutines {
 				res.samples[g] = append(res.samples[g], runInproc(ctx, res.c.op, keys, g, b.cfg.inprocDur))
 			}
 		}

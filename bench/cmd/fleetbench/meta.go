@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"time"
 )
 
 // meta is what RESULTS.md says about the machine and the software.
@@ -20,6 +21,7 @@ type meta struct {
 	loadEnd   string
 	commit    string
 	modules   []modVersion
+	nowCost   float64 // CPU ns per time.Now call on this machine
 }
 
 type modVersion struct{ path, version string }
@@ -45,6 +47,7 @@ func collectMeta() meta {
 		memTotal:  procField("/proc/meminfo", "MemTotal"),
 		loadStart: loadAvg(),
 		commit:    gitCommit(),
+		nowCost:   timeNowCost(),
 	}
 	if m.command == "" {
 		m.command = "go run ./cmd/fleetbench " + strings.Join(os.Args[1:], " ")
@@ -109,4 +112,23 @@ func gitCommit() string {
 		c += " + uncommitted changes"
 	}
 	return c
+}
+
+// timeNowCost measures what one time.Now costs here in CPU time: every
+// limiter that reads the clock per decision pays it, and on virtual machines
+// it varies with the clock source.
+func timeNowCost() float64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const n = 1_000_000
+	var sink int64
+	t0 := threadCPU()
+	for range n {
+		sink += time.Now().UnixNano()
+	}
+	d := threadCPU() - t0
+	if sink == 1 {
+		return 0
+	}
+	return float64(d) / n
 }

@@ -33,7 +33,7 @@ func (b *bench) results() string {
 	p("## Machine and versions\n\n")
 	rows := [][]string{
 		{"CPU", fmt.Sprintf("%s, %d cores (GOMAXPROCS %d)", b.meta.cpu, b.meta.cores, b.meta.cores)},
-		{"Memory, kernel", fmt.Sprintf("%s, Linux %s", b.meta.memTotal, b.meta.kernel)},
+		{"Memory, kernel", fmt.Sprintf("%s, Linux %s, clock source %s: one time.Now costs %.0f ns of CPU", b.meta.memTotal, b.meta.kernel, strings.TrimSpace(readFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")), b.meta.nowCost)},
 		{"Go", b.meta.goVersion},
 		{"Redis", fmt.Sprintf("%s (%s), on loopback, no persistence, started by the benchmark", b.serverInfo["redis_version"], b.serverInfo["mem_allocator"])},
 		{"Other processes", fmt.Sprintf("kept %.2f cores busy on average during the measured cells (median per cell; max %.2f)", b.othersMedian(), b.othersMax())},
@@ -266,7 +266,7 @@ func (b *bench) writeInproc(w *strings.Builder) {
 	fmt.Fprintf(w, "## In process (10,000 keys)\n\n"+
 		"CPU ns/op is the CPU time of the calling goroutines' threads (each locked to its thread) per call: other processes taking the cores do not inflate it, so it is the figure to compare on a shared machine. "+
 		"Wall ns/op is elapsed time over calls (two goroutines that scale perfectly halve it). \"blocked\" is the share of the threads' time spent neither running nor waiting for a core (/proc/thread-self/schedstat): time lost to locks. "+
-		"Projected speed-up = goroutines × (CPU ns/op at 1 goroutine ÷ at g) × (1 − blocked): what idle cores would give. "+
+		"Each round runs a contender at 1 and 2 goroutines back to back; speed-ups are medians of those pairs. Projected speed-up = goroutines × (CPU ns/op at 1 goroutine ÷ at g) × (1 − blocked): roughly what idle cores would give (CPU per call also moves with what shares the core's caches, so values a little above 2 are noise). "+
 		"\"vs\" columns: the anchor's CPU ns/op over this row's (above 1: faster). Allocations from runtime.MemStats. Every key is created before timing. Limits: %s\n\n", inprocParams)
 	ids := []struct{ id, label string }{{"xrate", "vs x/time/rate"}, {"golimiter", "vs go-limiter"}, {"ulule-mem", "vs ulule"}}
 	for _, g := range inprocGoroutines {
@@ -281,7 +281,7 @@ func (b *bench) writeInproc(w *strings.Builder) {
 				}
 			}
 			if g > 1 {
-				row = append(row, fmtF(100*r.blocked(g), 1)+"%", fmtRatio(r.projectedSpeedup(g)), fmtRatio(r.ns(1)/r.ns(g)))
+				row = append(row, fmtF(100*r.blocked(g), 1)+"%", fmtRatio(r.projectedSpeedup(g)), fmtRatio(r.wallSpeedup(g)))
 			}
 			rows = append(rows, row)
 		}
