@@ -24,7 +24,7 @@ func (b *bench) results() string {
 	p("# Benchmark results: fleetlimit beside the Go rate limiters people use\n\n")
 	p("Written by `%s` (in `bench/`) on %s, in %v. Mode: %s.\n\n", strings.TrimSpace(b.meta.command),
 		b.started.UTC().Format("2006-01-02 15:04 UTC"), b.finished.Sub(b.started).Round(time.Second), b.mode())
-	p("**This machine is shared.** It has %d cores, and other engineers' test suites may run on it during the benchmark (load average %s at the start, %s at the end). "+
+	p("**This machine is shared.** It has %d cores, and other engineers' test suites may run on it, or beside it on the same host, during the benchmark (load average %s at the start, %s at the end). "+
 		"Every scenario therefore interleaves its contenders round by round (A B C …, then B C … A, …) and reports medians over rounds; "+
 		"a ratio is the median of the per-round ratios, so outside load that hits one round hits every contender of that round alike. "+
 		"Single figures move by ±20%% between runs; only the side-by-side ratios count. The Go client and redis-server share the same cores.\n\n",
@@ -36,7 +36,7 @@ func (b *bench) results() string {
 		{"Memory, kernel", fmt.Sprintf("%s, Linux %s, clock source %s: one time.Now costs %.0f ns of CPU", b.meta.memTotal, b.meta.kernel, strings.TrimSpace(readFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")), b.meta.nowCost)},
 		{"Go", b.meta.goVersion},
 		{"Redis", fmt.Sprintf("%s (%s), on loopback, no persistence, started by the benchmark", b.serverInfo["redis_version"], b.serverInfo["mem_allocator"])},
-		{"Other processes", fmt.Sprintf("kept %.2f cores busy on average during the measured cells (median per cell; max %.2f)", b.othersMedian(), b.othersMax())},
+		{"Other processes in this machine", fmt.Sprintf("kept %.2f cores busy during the measured cells (median per cell; max %.2f). Load from outside this virtual machine is not visible here: it shows as rounds in which every contender, and its CPU time per decision, is slower", b.othersMedian(), b.othersMax())},
 		{"fleetlimit commit", b.meta.commit},
 	}
 	for _, m := range b.meta.modules {

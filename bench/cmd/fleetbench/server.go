@@ -297,7 +297,9 @@ func (m loadMeter) others() float64 {
 	if d <= 0 {
 		return 0
 	}
-	return float64((busy-m.busy)-(self-m.self)-(other-m.other)) / clockTicks / d
+	// Per-process and per-machine ticks are sampled differently; a small
+	// negative difference means nobody else ran.
+	return max(0, float64((busy-m.busy)-(self-m.self)-(other-m.other))/clockTicks/d)
 }
 
 func (s *server) pid() int {

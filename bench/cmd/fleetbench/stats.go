@@ -31,6 +31,16 @@ func (s *series) ratio(o *series) float64 {
 	return median(xs)
 }
 
+// bestQuantile is the lowest q-quantile of any round: the latency of the
+// least disturbed round.
+func (s *series) bestQuantile(q float64) time.Duration {
+	best := time.Duration(math.MaxInt64)
+	for _, x := range s.samples {
+		best = min(best, x.hist.quantile(q))
+	}
+	return best
+}
+
 func (s *series) quantile(q float64) time.Duration {
 	xs := make([]float64, len(s.samples))
 	for i, x := range s.samples {

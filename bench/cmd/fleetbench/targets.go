@@ -214,8 +214,10 @@ func (b *bench) targets() []target {
 				continue
 			}
 			gap := s.latencyGap(incr, 0.5)
-			t = target{name: "1 goroutine: p50 within 15 µs of a plain INCR — " + s.c.name,
-				measured: fmt.Sprintf("p50 %s µs vs INCR %s µs: +%s µs", fmtUs(s.quantile(0.5)), fmtUs(incr.quantile(0.5)), fmtUs(gap))}
+			best := s.bestQuantile(0.5) - incr.bestQuantile(0.5)
+			t = target{name: "1 goroutine: p50 within 15 µs of a plain INCR (median of per-round gaps) — " + s.c.name,
+				measured: fmt.Sprintf("+%s µs per round (p50 medians over rounds: %s vs %s µs; least disturbed rounds: %s vs %s µs, +%s)",
+					fmtUs(gap), fmtUs(s.quantile(0.5)), fmtUs(incr.quantile(0.5)), fmtUs(s.bestQuantile(0.5)), fmtUs(incr.bestQuantile(0.5)), fmtUs(best))}
 			atMost(&t, float64(gap)/float64(time.Microsecond), 15, "µs", 1)
 			ts = append(ts, t)
 		}
