@@ -48,6 +48,7 @@ type inprocSample struct {
 type inprocResult struct {
 	c       *inprocContender
 	samples map[int][]inprocSample // by goroutines
+	cursor  map[int][]int          // by goroutines: where each walk over the keys continues
 }
 
 func newInprocContenders() ([]*inprocContender, error) {
@@ -134,7 +135,7 @@ func newInprocContenders() ([]*inprocContender, error) {
 // time per call (so 2 goroutines that scale perfectly halve it), the CPU
 // time of the calling threads per call (unaffected by other processes taking
 // the cores), and heap allocations per call.
-func runInproc(ctx context.Context, op inprocOp, keys []string, g int, d time.Duration) inprocSample {
+func runInproc(ctx context.Context, op inprocOp, keys []string, g int, d time.Duration, cursor []int) inprocSample {
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
@@ -150,7 +151,7 @@ func runInproc(ctx context.Context, op inprocOp, keys []string, g int, d time.Du
 			t0 := threadCPU()
 			run0, wait0, schedOK := threadSched()
 			w0 := time.Now()
-			i, n, den := j*len(keys)/g, int64(0), int64(0)
+			i, n, den := cursor[j], int64(0), int64(0)
 			for !stop.Load() {
 				for range 256 {
 					if !op(ctx, keys[i]) {
@@ -162,6 +163,7 @@ func runInproc(ctx context.Context, op inprocOp, keys []string, g int, d time.Du
 				}
 				n += 256
 			}
+			cursor[j] = i
 			cpu.Add(int64(threadCPU() - t0))
 			if run1, wait1, ok := threadSched(); ok && schedOK {
 				span := time.Since(w0)
@@ -211,7 +213,11 @@ func (b *bench) inprocPhase(ctx context.Context) error {
 		for _, k := range keys {
 			c.op(ctx, k)
 		}
-		b.inproc = append(b.inproc, &inprocResult{c: c, samples: map[int][]inprocSample{}})
+		res := &inprocResult{c: c, samples: map[int][]inprocSample{}, cursor: map[int][]int{}}
+		for _, g := range inprocGoroutines {
+			res.cursor[g] = newCursors(keys, g)
+		}
+		b.inproc = append(b.inproc, res)
 	}
 	// Each round runs every contender at 1 and then 2 goroutines back to
 	// back, so that the speed-up from a second goroutine compares two runs
@@ -221,7 +227,7 @@ func (b *bench) inprocPhase(ctx context.Context) error {
 		for k := range b.inproc {
 			res := b.inproc[(k+r)%len(b.inproc)]
 			for _, g := range inprocGoroutines {
-				res.samples[g] = append(res.samples[g], runInproc(ctx, res.c.op, keys, g, b.cfg.inprocDur))
+				res.samples[g] = append(res.samples[g], runInproc(ctx, res.c.op, keys, g, b.cfg.inprocDur, res.cursor[g]))
 			}
 		}
 	}

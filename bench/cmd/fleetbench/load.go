@@ -66,9 +66,24 @@ func collect(ws []*worker, elapsed time.Duration) sample {
 	return s
 }
 
+// newCursors returns the starting positions of g goroutines walking keys:
+// evenly spaced, so that together they cover every key equally.
+func newCursors(keys []string, g int) []int {
+	c := make([]int, g)
+	for j := range c {
+		c[j] = j * len(keys) / g
+	}
+	return c
+}
+
 // loadFor calls fn from g goroutines for d. Goroutine j walks keys in order
-// from offset j*len(keys)/g, so every key gets the same share of calls.
-func loadFor(ctx context.Context, fn decideFunc, keys []string, g int, d time.Duration) sample {
+// from cursor[j] and leaves cursor[j] where it stopped, so that successive
+// runs continue the walk and every key gets the same share of calls however
+// short each run is. A nil cursor starts from newCursors.
+func loadFor(ctx context.Context, fn decideFunc, keys []string, g int, d time.Duration, cursor []int) sample {
+	if cursor == nil {
+		cursor = newCursors(keys, g)
+	}
 	ws := make([]*worker, g)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -77,13 +92,14 @@ func loadFor(ctx context.Context, fn decideFunc, keys []string, g int, d time.Du
 		w := &worker{}
 		ws[j] = w
 		wg.Go(func() {
-			i := j * len(keys) / g
+			i := cursor[j]
 			for !stop.Load() {
 				w.call(ctx, fn, keys[i])
 				if i++; i == len(keys) {
 					i = 0
 				}
 			}
+			cursor[j] = i
 		})
 	}
 	time.Sleep(d)

@@ -97,9 +97,10 @@ func (b *bench) keysFor(c *contender, letter byte, n int) []string {
 func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 	res := &scenarioResult{sc: sc}
 	type active struct {
-		s    *series
-		fn   decideFunc
-		keys []string
+		s      *series
+		fn     decideFunc
+		keys   []string
+		cursor []int // where each goroutine's walk over keys continues
 	}
 	var as []active
 	for _, c := range b.contenders {
@@ -113,7 +114,8 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 		if fn == nil {
 			continue
 		}
-		as = append(as, active{s: &series{c: c, alive: -1}, fn: fn, keys: b.keysFor(c, sc.letter, sc.users)})
+		keys := b.keysFor(c, sc.letter, sc.users)
+		as = append(as, active{s: &series{c: c, alive: -1}, fn: fn, keys: keys, cursor: newCursors(keys, sc.g)})
 		res.series = append(res.series, as[len(as)-1].s)
 	}
 	log.Printf("%s / %s: %d contenders x %d rounds", sc.group, sc.label, len(as), b.cfg.rounds)
@@ -129,14 +131,14 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 				"after one pass over %d users, %d of their Redis keys exist; %d denied, %d errors",
 				sc.users, n, w.denied, w.errs)
 		} else {
-			loadFor(ctx, a.fn, a.keys, sc.g, b.cfg.warm)
+			loadFor(ctx, a.fn, a.keys, sc.g, b.cfg.warm, a.cursor)
 		}
 	}
 	for r := range b.cfg.rounds {
 		for k := range as {
 			a := as[(k+r)%len(as)] // rotate the order each round: A B C, B C A, ...
 			s, err := measured(ctx, b.srv, a.s.c, func() sample {
-				return loadFor(ctx, a.fn, a.keys, sc.g, b.cfg.dur)
+				return loadFor(ctx, a.fn, a.keys, sc.g, b.cfg.dur, a.cursor)
 			})
 			if err != nil {
 				return err
@@ -151,6 +153,21 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 				return err
 			}
 			a.s.alive = n
+			var calls int64
+			for _, x := range a.s.samples {
+				calls += x.calls()
+			}
+			switch a.s.c.id {
+			case "incr", "fl-sl":
+				if calls < 2*int64(len(a.keys)) {
+					break // too short a run (-quick) to have visited every key
+				}
+				// INCR's keys never expire and the log's live 10 s after each
+				// decision: all of them existing shows the walk covered every
+				// user, not a prefix of the key set.
+				b.verify(n == int64(len(a.keys)), fmt.Sprintf("%s, %s, %s: every user's key in use", sc.group, sc.label, a.s.c.name),
+					"%d of %d users' keys exist after the last round", n, len(a.keys))
+			}
 			if a.s.c.id == "fl-sl" {
 				var total, live int64
 				for i := 0; i < len(a.keys) && live < 100; i += 97 {
@@ -251,7 +268,7 @@ func (b *bench) memoryPhase(ctx context.Context) error {
 		for i := range warm {
 			warm[i] = c.userKey('w', i)
 		}
-		if w := loadFor(ctx, fn, warm, 8, 50*time.Millisecond); w.errs > 0 {
+		if w := loadFor(ctx, fn, warm, 8, 50*time.Millisecond, nil); w.errs > 0 {
 			return fmt.Errorf("%s: %s", c.name, w.firstErr)
 		}
 		for _, k := range warm {
@@ -351,7 +368,7 @@ func (b *bench) logSweep(ctx context.Context, limits []int64) error {
 		if err := b.srv.admin.FlushAll(ctx).Err(); err != nil {
 			return err
 		}
-		if w := loadFor(ctx, fn, []string{"warm1", "warm2", "warm3", "warm4"}, 8, 20*time.Millisecond); w.errs > 0 {
+		if w := loadFor(ctx, fn, []string{"warm1", "warm2", "warm3", "warm4"}, 8, 20*time.Millisecond, nil); w.errs > 0 {
 			return fmt.Errorf("sliding log warm-up: %s", w.firstErr)
 		}
 		if err := b.srv.admin.FlushAll(ctx).Err(); err != nil {
