@@ -12,7 +12,8 @@ import (
 // threadCPU is the CPU time the calling OS thread has used. A goroutine that
 // measures itself must hold its thread (runtime.LockOSThread). Unlike wall
 // time it does not grow while other processes hold the core, which on a
-// shared machine is what makes in-process figures usable.
+// shared machine makes in-process figures far steadier (contention on the
+// host still slows the core itself).
 func threadCPU() time.Duration {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {

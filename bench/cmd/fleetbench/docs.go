@@ -212,7 +212,7 @@ func (b *bench) docInproc(w *strings.Builder) {
 	if len(b.inproc) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "## In process: store.Memory\n\nOne process, 10,000 users, every key created before timing. CPU ns/op is the CPU time the calling goroutines spend per decision, which other processes on a shared machine do not inflate; \"projected speed-up\" is what a second idle core would add, from the CPU per decision at 1 and 2 goroutines and the time lost to locks (bench/RESULTS.md explains both).\n\n")
+	fmt.Fprintf(w, "## In process: store.Memory\n\nOne process, 10,000 users, every key created before timing. CPU ns/op is the CPU time the calling goroutines spend per decision, which other processes on a shared machine inflate far less than wall time; \"projected speed-up\" is what a second idle core would add, from the CPU per decision at 1 and 2 goroutines and the time lost to locks (bench/RESULTS.md explains both).\n\n")
 	var rows [][]string
 	for _, r := range b.inproc {
 		rows = append(rows, []string{r.c.name, fmtF(r.cpuNs(1), 0), fmtF(r.allocs(1), 2), fmtF(r.cpuNs(2), 0), fmtRatio(r.projectedSpeedup(2))})

@@ -112,7 +112,7 @@ var redisHeader = []string{"contender", "decisions/s", "vs redis_rate", "vs ulul
 
 func (b *bench) writeRedis(w *strings.Builder) {
 	fmt.Fprintf(w, "## Redis\n\n")
-	fmt.Fprintf(w, "Per decision: round trips (counted by a go-redis hook: each command or pipeline sent), Redis commands (INFO commandstats: the EVALSHA and every command the script runs), Redis CPU (INFO cpu, user+sys), the benchmark process's CPU (getrusage: the Go client, its library and the load loop) and Go heap allocations. CPU times are not inflated by other processes on the machine, unlike decisions/s and latency. "+
+	fmt.Fprintf(w, "Per decision: round trips (counted by a go-redis hook: each command or pipeline sent), Redis commands (INFO commandstats: the EVALSHA and every command the script runs), Redis CPU (INFO cpu, user+sys), the benchmark process's CPU (getrusage: the Go client, its library and the load loop) and Go heap allocations. CPU times are inflated much less than decisions/s and latency by other processes on the machine (only through contention for the host's cores and caches). "+
 		"\"Redis cores\" is Redis CPU over wall time: near 1.0 the single-threaded server is the limit. Ratios: decisions/s over the anchor's, median of per-round ratios. "+
 		"go-redis clients have their default pool (%d connections), one client per contender; every Redis key is %d bytes long.\n\n", b.clientsPool, keyLen)
 	for _, group := range []string{"10,000 keys", "one hot key"} {
@@ -264,7 +264,7 @@ func (b *bench) writeInproc(w *strings.Builder) {
 		return
 	}
 	fmt.Fprintf(w, "## In process (10,000 keys)\n\n"+
-		"CPU ns/op is the CPU time of the calling goroutines' threads (each locked to its thread) per call: other processes taking the cores do not inflate it, so it is the figure to compare on a shared machine. "+
+		"CPU ns/op is the CPU time of the calling goroutines' threads (each locked to its thread) per call: other processes taking the cores do not inflate it as they do wall time, so it is the figure to compare on a shared machine; contention on the host beneath this virtual machine still slows every core, which is why the \"vs\" ratios, taken within rounds, are the steadiest figures. "+
 		"Wall ns/op is elapsed time over calls (two goroutines that scale perfectly halve it). \"blocked\" is the share of the threads' time spent neither running nor waiting for a core (/proc/thread-self/schedstat): time lost to locks. "+
 		"Each round runs a contender at 1 and 2 goroutines back to back; speed-ups are medians of those pairs. Projected speed-up = goroutines × (CPU ns/op at 1 goroutine ÷ at g) × (1 − blocked): roughly what idle cores would give (CPU per call also moves with what shares the core's caches, so values a little above 2 are noise). "+
 		"\"vs\" columns: the anchor's CPU ns/op over this row's (above 1: faster). Allocations from runtime.MemStats. Every key is created before timing. Limits: %s\n\n", inprocParams)
