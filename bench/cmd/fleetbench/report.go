@@ -321,7 +321,7 @@ func (b *bench) writeMethod(w *strings.Builder) {
 	fmt.Fprintf(w, `## Method
 
 - One redis-server (%s) on a free loopback port, started and stopped by the benchmark; nothing else uses it.
-- Each contender has its own go-redis client, built with go-redis defaults plus ContextTimeoutEnabled. fleetlimit runs through fleetlimit.Limiter.Allow over store.NewRedis with default options (server TIME, key prefix %q) unless the row says WithClock.
+- Each contender has its own go-redis client, built with go-redis defaults plus ContextTimeoutEnabled. fleetlimit runs through fleetlimit.Limiter.Allow over store.NewRedis with default options (server TIME, key prefix %q) unless the row says WithClock, except WithTimeout: every other library is bounded only by go-redis's read timeout (5 s), so fleetlimit gets that bound too instead of its 100 ms default, and a stall of this shared machine cannot turn into errors for fleetlimit alone.
 - Load: G goroutines call the contender back to back for the cell's duration; goroutine j walks the key set in order from offset j·K/G, so every key gets the same share. Latency is every call's, errors included. decisions/s counts calls that returned a decision (allowed or denied).
 - A scenario warms every contender up (%v, untimed), then runs %d rounds; round r runs the contenders in the order rotated by r. Sweeps run %d rounds of %v.
 - Every Redis key is %d bytes: each library's own prefix (and fleetlimit's hash-tag braces and algorithm tag) plus a user key padded to fit. The memory table checks that the keys exist under exactly the names computed here.
