@@ -1,0 +1,315 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// target is one of issue 6's targets, judged from this run.
+type target struct {
+	name     string
+	measured string
+	met      bool
+	known    bool // false when the run did not measure it
+	verdict  string
+	why      string // for a miss: what the run shows about the cause
+}
+
+func (b *bench) scenario(group, label string) *scenarioResult {
+	for _, s := range b.scenarios {
+		if s.sc.group == group && s.sc.label == label {
+			return s
+		}
+	}
+	return nil
+}
+
+func (b *bench) inprocOf(id string) *inprocResult {
+	for _, r := range b.inproc {
+		if r.c.id == id {
+			return r
+		}
+	}
+	return nil
+}
+
+func (r *inprocResult) ns(g int) float64 {
+	var xs []float64
+	for _, s := range r.samples[g] {
+		xs = append(xs, s.nsPerOp)
+	}
+	return median(xs)
+}
+
+func (r *inprocResult) cpuNs(g int) float64 {
+	var xs []float64
+	for _, s := range r.samples[g] {
+		xs = append(xs, s.cpuNsPerOp)
+	}
+	return median(xs)
+}
+
+func (r *inprocResult) blocked(g int) float64 {
+	var xs []float64
+	for _, s := range r.samples[g] {
+		xs = append(xs, s.blocked)
+	}
+	return median(xs)
+}
+
+// projectedSpeedup is what g goroutines on g otherwise idle cores would
+// gain over 1: g times the ratio of CPU per call, less the time the
+// goroutines' threads spent blocked (on a lock, say) rather than running or
+// waiting for a core; the median over rounds, each round's 1- and
+// g-goroutine runs made back to back. Wall-time speed-ups cannot be measured
+// while other processes hold the cores; this can, roughly.
+func (r *inprocResult) projectedSpeedup(g int) float64 {
+	n := min(len(r.samples[1]), len(r.samples[g]))
+	xs := make([]float64, n)
+	for i := range n {
+		one, many := r.samples[1][i], r.samples[g][i]
+		xs[i] = float64(g) * one.cpuNsPerOp / many.cpuNsPerOp * (1 - many.blocked)
+	}
+	return median(xs)
+}
+
+// wallSpeedup is the median over rounds of the wall-time speed-up from 1 to
+// g goroutines.
+func (r *inprocResult) wallSpeedup(g int) float64 {
+	n := min(len(r.samples[1]), len(r.samples[g]))
+	xs := make([]float64, n)
+	for i := range n {
+		xs[i] = r.samples[1][i].nsPerOp / r.samples[g][i].nsPerOp
+	}
+	return median(xs)
+}
+
+func (r *inprocResult) allocs(g int) float64 {
+	var xs []float64
+	for _, s := range r.samples[g] {
+		xs = append(xs, s.allocsPerOp)
+	}
+	return median(xs)
+}
+
+func (r *inprocResult) bytes(g int) float64 {
+	var xs []float64
+	for _, s := range r.samples[g] {
+		xs = append(xs, s.bytesPerOp)
+	}
+	return median(xs)
+}
+
+// speedup is the median over rounds of o's ns/op over r's at g goroutines:
+// above 1, r is faster.
+func (r *inprocResult) speedup(o *inprocResult, g int) float64 {
+	if o == nil {
+		return math.NaN()
+	}
+	n := min(len(r.samples[g]), len(o.samples[g]))
+	xs := make([]float64, n)
+	for i := range n {
+		xs[i] = o.samples[g][i].nsPerOp / r.samples[g][i].nsPerOp
+	}
+	return median(xs)
+}
+
+// atLeast judges got >= want (a ratio); the verdict says how far short.
+func atLeast(t *target, got, want float64, unit string) {
+	t.known = !math.IsNaN(got)
+	t.met = got >= want
+	switch {
+	case !t.known:
+		t.verdict = "not measured"
+	case t.met:
+		t.verdict = fmt.Sprintf("met (%.2f%s, target %.2f%s)", got, unit, want, unit)
+	default:
+		t.verdict = fmt.Sprintf("missed: %.2f%s of %.2f%s, short by %.0f%%", got, unit, want, unit, 100*(want-got)/want)
+	}
+}
+
+// atMost judges got <= want; the verdict says by how much it is over.
+func atMost(t *target, got, want float64, unit string, prec int) {
+	t.known = !math.IsNaN(got)
+	t.met = got <= want
+	switch {
+	case !t.known:
+		t.verdict = "not measured"
+	case t.met:
+		t.verdict = fmt.Sprintf("met (%.*f %s, target ≤ %.*f)", prec, got, unit, prec, want)
+	default:
+		t.verdict = fmt.Sprintf("missed by %.*f %s (%.*f, target ≤ %.*f)", prec, got-want, unit, prec, got, prec, want)
+	}
+}
+
+func (b *bench) targets() []target {
+	var ts []target
+	ratioAt := func(id, anchor, label string) float64 {
+		sc := b.scenario("10,000 keys", label)
+		if sc == nil || sc.get(id) == nil {
+			return math.NaN()
+		}
+		return sc.get(id).ratio(sc.get(anchor))
+	}
+	others := func(id, anchor string) string {
+		var parts []string
+		for _, g := range goroutineCounts {
+			parts = append(parts, fmt.Sprintf("%d goroutines %s", g, fmtRatio(ratioAt(id, anchor, fmt.Sprintf("%d goroutines", g)))))
+		}
+		return strings.Join(parts, ", ")
+	}
+
+	// work explains a throughput ratio by the work per decision on each side.
+	work := func(id, anchor string, want float64) string {
+		sc := b.scenario("10,000 keys", "64 goroutines")
+		if sc == nil || sc.get(id) == nil || sc.get(anchor) == nil {
+			return ""
+		}
+		f := func(s *series) string {
+			t := s.totals()
+			return fmt.Sprintf("%s %.2f round trips, %.1f Redis commands, %.1f µs Redis CPU, %.1f µs Go CPU, %.1f Go allocations",
+				s.c.name, t.per(float64(t.rt)), t.per(float64(t.cmds)), t.cpuPerDecision()*1e6, t.per(float64(t.clientCPU))/1e3, t.per(float64(t.mallocs)))
+		}
+		cpu := func(s *series) float64 {
+			t := s.totals()
+			return t.cpuPerDecision()*1e6 + t.per(float64(t.clientCPU))/1e3
+		}
+		a, o := sc.get(id), sc.get(anchor)
+		fair := cpu(o) / cpu(a)
+		return fmt.Sprintf("Per decision at 64 goroutines: %s; %s. Redis and the Go client share this machine's %d cores, and counting both, %s uses %.1f µs of CPU per decision against %.1f µs, "+
+			"so once the cores are busy it can make about %.2f× the anchor's decisions/s (measured %.2f×). "+
+			"Reaching %.2f× needs %.2f× less CPU per decision: fewer round trips per decision (pipelining concurrent decisions into one) cut both sides' system calls, fewer script commands cut Redis's share.",
+			f(a), f(o), b.meta.cores, a.c.name, cpu(a), cpu(o), fair, a.ratio(o), want, want/fair)
+	}
+
+	t := target{name: "Token bucket on Redis at 64 goroutines: ≥ 2× redis_rate's decisions/s (10,000 keys)"}
+	r := ratioAt("fl-tb", "redis_rate", "64 goroutines")
+	t.measured = fmt.Sprintf("%s (WithClock: %s); all: %s", fmtRatio(r),
+		fmtRatio(ratioAt("fl-tbc", "redis_rate", "64 goroutines")), others("fl-tb", "redis_rate"))
+	atLeast(&t, r, 2, "×")
+	t.why = work("fl-tb", "redis_rate", 2)
+	ts = append(ts, t)
+
+	t = target{name: "Sliding-window log (limit 100) at 64 goroutines: ≥ redis_rate"}
+	r = ratioAt("fl-sl", "redis_rate", "64 goroutines")
+	t.measured = fmt.Sprintf("%s; all: %s", fmtRatio(r), others("fl-sl", "redis_rate"))
+	atLeast(&t, r, 1, "×")
+	t.why = work("fl-sl", "redis_rate", 1)
+	ts = append(ts, t)
+
+	t = target{name: "Fixed window at 64 goroutines: ≥ ulule"}
+	r = ratioAt("fl-fw", "ulule", "64 goroutines")
+	t.measured = fmt.Sprintf("%s; all: %s", fmtRatio(r), others("fl-fw", "ulule"))
+	atLeast(&t, r, 1, "×")
+	t.why = work("fl-fw", "ulule", 1)
+	ts = append(ts, t)
+
+	if sc := b.scenario("10,000 keys", "1 goroutines"); sc != nil && sc.get("incr") != nil {
+		incr := sc.get("incr")
+		for _, id := range []string{"fl-tb", "fl-tbc", "fl-sl", "fl-fw"} {
+			s := sc.get(id)
+			if s == nil {
+				continue
+			}
+			gap := s.latencyGap(incr, 0.5)
+			best := s.bestQuantile(0.5) - incr.bestQuantile(0.5)
+			t = target{name: "1 goroutine: p50 within 15 µs of a plain INCR (median of per-round gaps) — " + s.c.name,
+				measured: fmt.Sprintf("+%s µs per round (p50 medians over rounds: %s vs %s µs; least disturbed rounds: %s vs %s µs, +%s)",
+					fmtUs(gap), fmtUs(s.quantile(0.5)), fmtUs(incr.quantile(0.5)), fmtUs(s.bestQuantile(0.5)), fmtUs(incr.bestQuantile(0.5)), fmtUs(best))}
+			atMost(&t, float64(gap)/float64(time.Microsecond), 15, "µs", 1)
+			ts = append(ts, t)
+		}
+	}
+
+	for _, m := range b.memory {
+		if m.c.id != "fl-tb" {
+			continue
+		}
+		t = target{name: fmt.Sprintf("Token bucket key ≤ 72 B by MEMORY USAGE (keys of %d B for every library)", m.keyLen),
+			measured: fmt.Sprintf("%.0f B (redis_rate %s B, ulule %s B, throttled %s B)", m.usage,
+				fmtF(b.memUsage("redis_rate"), 0), fmtF(b.memUsage("ulule"), 0), fmtF(b.memUsage("throttled"), 0))}
+		atMost(&t, m.usage, 72, "B", 0)
+		ts = append(ts, t)
+	}
+	for _, l := range b.logSweeps {
+		t = target{name: fmt.Sprintf("Sliding log: ≤ 64 B per stored request (limit %d, key full)", l.limit),
+			measured: fmt.Sprintf("%.0f B per key / %d = %.1f B", l.usage, l.limit, l.perRequest)}
+		atMost(&t, l.perRequest, 64, "B", 1)
+		t.why = fmt.Sprintf("Redis keeps a sorted set of up to zset-max-listpack-entries (%s here) members of at most zset-max-listpack-value (%s) bytes as one compact listpack; a key holding %d members is a skip list plus a hash table, which costs about %.0f B per member at this size.",
+			b.serverConfig["zset-max-listpack-entries"], b.serverConfig["zset-max-listpack-value"], l.limit, l.perRequest)
+		ts = append(ts, t)
+	}
+
+	for _, st := range []struct{ id, name string }{{"tb", "token bucket"}, {"fw", "fixed window"}, {"sl", "sliding log"}} {
+		lim, dec := b.inprocOf("fl-lim-"+st.id), b.inprocOf("fl-mem-"+st.id)
+		if lim == nil || dec == nil {
+			continue
+		}
+		// The issue measured go-limiter at ~97 ns/op on its reference
+		// machine: 70 ns/op is 0.72x of that. The same ratio to go-limiter in
+		// the same rounds holds when other work slows this machine down.
+		t = target{name: "Memory store ≤ 70 ns/op at 1 goroutine (Limiter.Allow, CPU time; and ≤ 70/97 of go-limiter's time, the issue's reference) — " + st.name}
+		gl := b.inprocOf("golimiter")
+		t.measured = fmt.Sprintf("%.0f ns/op CPU, %.0f wall (store.Memory.Decide: %.0f CPU)", lim.cpuNs(1), lim.ns(1), dec.cpuNs(1))
+		atMost(&t, lim.cpuNs(1), 70, "ns/op", 0)
+		if gl != nil {
+			rel := 1 / lim.cpuSpeedup(gl, 1)
+			t.measured += fmt.Sprintf("; %.2f× go-limiter's time in the same rounds (go-limiter: %.0f ns/op)", rel, gl.cpuNs(1))
+			if rel > refGoLimiter {
+				t.met = false
+				t.verdict += fmt.Sprintf("; relative: %.2f× go-limiter's time, target ≤ %.2f×, so %.0f%% too slow", rel, refGoLimiter, 100*(rel/refGoLimiter-1))
+			} else {
+				t.verdict += fmt.Sprintf("; relative: %.2f× go-limiter's time, target ≤ %.2f×", rel, refGoLimiter)
+			}
+		}
+		if xr, gl := b.inprocOf("xrate"), b.inprocOf("golimiter"); xr != nil && gl != nil {
+			where := "the store's own path, not the Limiter around it, is most of the cost"
+			if dec.cpuNs(1) < lim.cpuNs(1)/2 {
+				where = "the Limiter around the store is most of the cost"
+			}
+			t.why = fmt.Sprintf("CPU ns/op at 1 goroutine: Limiter.Allow %.0f, store.Memory.Decide alone %.0f; x/time/rate in a sync.Map %.0f, go-limiter %.0f: %s.",
+				lim.cpuNs(1), dec.cpuNs(1), xr.cpuNs(1), gl.cpuNs(1), where)
+		}
+		ts = append(ts, t)
+		t = target{name: "Memory store: 0 allocs/op (Limiter.Allow) — " + st.name,
+			measured: fmt.Sprintf("%.2f allocs/op, %.0f B/op (Decide: %.2f allocs/op)", lim.allocs(1), lim.bytes(1), dec.allocs(1))}
+		atMost(&t, lim.allocs(1), 0.005, "allocs/op", 2)
+		ts = append(ts, t)
+		t = target{name: "Memory store scales with cores: 2 goroutines ≥ 1.5× the decisions/s of 1 (projected to 2 idle cores) — " + st.name}
+		sp := lim.projectedSpeedup(2)
+		t.measured = fmt.Sprintf("CPU %.0f → %.0f ns/op, %.0f%% blocked: %s projected; wall-clock %s with other processes on the cores",
+			lim.cpuNs(1), lim.cpuNs(2), 100*lim.blocked(2), fmtRatio(sp), fmtRatio(lim.wallSpeedup(2)))
+		atLeast(&t, sp, 1.5, "×")
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// refGoLimiter is the memory-store target relative to go-limiter: 70 ns/op
+// where the issue measured go-limiter at ~97 ns/op.
+const refGoLimiter = 70.0 / 97
+
+func (b *bench) memUsage(id string) float64 {
+	for _, m := range b.memory {
+		if m.c.id == id {
+			return m.usage
+		}
+	}
+	return math.NaN()
+}
+
+// cpuSpeedup is the median over rounds of o's CPU ns/op over r's at g
+// goroutines: above 1, r is faster.
+func (r *inprocResult) cpuSpeedup(o *inprocResult, g int) float64 {
+	if o == nil {
+		return math.NaN()
+	}
+	n := min(len(r.samples[g]), len(o.samples[g]))
+	xs := make([]float64, n)
+	for i := range n {
+		xs[i] = o.samples[g][i].cpuNsPerOp / r.samples[g][i].cpuNsPerOp
+	}
+	return median(xs)
+}
