@@ -68,7 +68,10 @@ type memoryOption func(*Memory)
 func (f memoryOption) applyMemory(m *Memory) { f(m) }
 
 // WithMemoryClock sets the clock used for decisions that carry no time of
-// their own and for sweeping. Default: time.Now.
+// their own and for sweeping. Default: the wall clock read once at NewMemory,
+// advanced by the monotonic clock since — about half the cost of time.Now,
+// and immune to steps of the system clock (which would otherwise refill a
+// token bucket or empty a window at once).
 func WithMemoryClock(now func() time.Time) MemoryOption {
 	return memoryOption(func(m *Memory) {
 		if now != nil {
@@ -91,7 +94,7 @@ func WithSweepInterval(d time.Duration) MemoryOption {
 func NewMemory(opts ...MemoryOption) *Memory {
 	m := &Memory{
 		seed:       maphash.MakeSeed(),
-		clock:      time.Now,
+		clock:      monotonicClock(),
 		sweepEvery: time.Minute,
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
@@ -104,6 +107,14 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	}
 	go m.sweepLoop()
 	return m
+}
+
+// monotonicClock returns a clock that reads the wall clock once and then
+// advances it by the monotonic clock: time.Since reads one clock, time.Now
+// two.
+func monotonicClock() func() time.Time {
+	base := time.Now()
+	return func() time.Time { return base.Add(time.Since(base)) }
 }
 
 // Decide runs req.Strategy's Go rule on req.Key's state under its shard lock.
@@ -120,11 +131,11 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	h := maphash.String(m.seed, req.Key)
 	sh := &m.shards[h&(memoryShards-1)]
 	// Mix the namespace in above the shard bits, so that one user key under
-	// several prefixes or algorithms stays in one shard (and one chain).
-	h ^= uint64(len(req.Prefix))<<56 ^ uint64(len(tag))<<48
-	if req.Prefix != "" {
-		h ^= maphash.String(m.seed, req.Prefix) &^ (memoryShards - 1)
-	}
+	// several prefixes or algorithms stays in one shard. Cheaply: an app has
+	// a handful of namespaces, so the few that agree on these bytes share a
+	// chain, told apart by the string comparison below; hashing the whole
+	// prefix on every decision would cost more than it saves.
+	h ^= namespaceBits(req.Prefix, tag) << 32
 
 	sh.mu.Lock()
 	if now.IsZero() {
@@ -156,6 +167,19 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	}
 	sh.mu.Unlock()
 	return d, err
+}
+
+// namespaceBits condenses a prefix and a tag into a few bits to mix into a
+// key's hash.
+func namespaceBits(prefix, tag string) uint64 {
+	b := uint64(len(prefix))<<16 | uint64(len(tag))<<24
+	if len(prefix) > 0 {
+		b |= uint64(prefix[len(prefix)-1]) | uint64(prefix[len(prefix)/2])<<8
+	}
+	for i := 0; i < len(tag) && i < 4; i++ {
+		b ^= uint64(tag[i]) << (32 + 8*i)
+	}
+	return b
 }
 
 // Len returns the number of keys held, for tests and metrics.
