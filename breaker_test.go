@@ -14,29 +14,10 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
-
-// fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock(t time.Time) *fakeClock { return &fakeClock{now: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // countingStore counts the decisions that reach a real store: instrumentation
 // to show that an open breaker does not call the store at all.
@@ -118,7 +99,7 @@ func TestNewBreakerRejectsBadConfig(t *testing.T) {
 func TestBreakerCycle(t *testing.T) {
 	mr, c := redistest.Mini(t)
 	st := &countingStore{Store: store.NewRedis(c)}
-	clk := newFakeClock(t0)
+	clk := fakeclock.New(t0)
 	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 3, CoolDown: 100 * time.Millisecond, MaxCoolDown: 400 * time.Millisecond, Clock: clk.Now})
 	rec := &recorder{}
 	l, err := fleetlimit.New(algorithm.SlidingWindowLog(1000, time.Minute), st,
@@ -268,7 +249,7 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 	cl := redis.NewClient(&redis.Options{Addr: hungAddr(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute, DialTimeout: time.Minute, MaxRetries: -1})
 	t.Cleanup(func() { _ = cl.Close() })
 	st := &countingStore{Store: store.NewRedis(cl)}
-	clk := newFakeClock(t0)
+	clk := fakeclock.New(t0)
 	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: clk.Now})
 	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st,
 		fleetlimit.WithBreaker(b), fleetlimit.WithTimeout(300*time.Millisecond))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -180,7 +181,7 @@ func FuzzStrategyConfig(f *testing.F) {
 		if errNew != nil {
 			t.Fatalf("%s: valid strategy refused by New: %v", s.Name(), errNew)
 		}
-		clock := &propClock{}
+		clock := &fakeclock.Clock{}
 		lr, err := fleetlimit.New(s, rs, fleetlimit.WithClock(clock.Now), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(propTimeout))
 		if err != nil {
 			t.Fatal(err)

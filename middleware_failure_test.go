@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -28,7 +29,7 @@ func slowClient(o *redis.Options) {
 // calls that reach the store and a record of what the observer was told.
 type failureRig struct {
 	st    *countingStore
-	clk   *fakeClock
+	clk   *fakeclock.Clock
 	rec   *recorder
 	l     *fleetlimit.Limiter
 	limit int64
@@ -37,7 +38,7 @@ type failureRig struct {
 const rigThreshold = 3
 
 func newFailureRig(t *testing.T, st store.Store, policy fleetlimit.FailurePolicy, timeout time.Duration) (*failureRig, func() response) {
-	rig := &failureRig{st: &countingStore{Store: st}, clk: newFakeClock(t0), rec: &recorder{}, limit: 100}
+	rig := &failureRig{st: &countingStore{Store: st}, clk: fakeclock.New(t0), rec: &recorder{}, limit: 100}
 	b, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Threshold: rigThreshold, Clock: rig.clk.Now})
 	require.NoError(t, err)
 	rig.l, err = fleetlimit.New(algorithm.TokenBucket(rig.limit, time.Minute, rig.limit), rig.st,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -149,7 +150,7 @@ func TestMiddlewareHeaders(t *testing.T) {
 	}
 	for storeName, st := range stores(t) {
 		for _, c := range cases {
-			clk := newFakeClock(t0)
+			clk := fakeclock.New(t0)
 			l, err := fleetlimit.New(c.strategy, st, fleetlimit.WithName(c.name), fleetlimit.WithClock(clk.Now),
 				fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 			require.NoError(t, err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -399,24 +400,6 @@ func (s propScenario) String() string {
 	return b.String()
 }
 
-// propClock is a settable clock for WithClock.
-type propClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *propClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *propClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
 // propTimeout bounds one decision in the property tests: generous, so that a
 // loaded machine under -race is never mistaken for a store failure.
 const propTimeout = 10 * time.Second
@@ -424,11 +407,11 @@ const propTimeout = 10 * time.Second
 // propRig is a limiter on a virtual clock over a fresh key prefix of a store.
 type propRig struct {
 	lim   *fleetlimit.Limiter
-	clock *propClock
+	clock *fakeclock.Clock
 }
 
 func newPropRig(st store.Store, s algorithm.Strategy) (*propRig, error) {
-	c := &propClock{}
+	c := &fakeclock.Clock{}
 	lim, err := fleetlimit.New(s, st,
 		fleetlimit.WithClock(c.Now),
 		fleetlimit.WithKeyPrefix(redistest.Prefix()),
