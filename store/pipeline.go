@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,11 +16,14 @@ import (
 // At most maxInFlight round trips to Redis run at once. A caller that finds a
 // free slot runs its own decision at once, alone: a lone goroutine pays
 // nothing for pipelining. Callers that arrive while every slot is busy queue
-// up; whoever finishes a round trip hands the whole queue to the first
-// queued caller, which sends it as one pipeline of EVALSHAs and wakes the
-// others. Under load, then, decisions that arrive within one round trip of
-// each other share the next one, which is what lets one Redis core make
-// roughly twice as many decisions per second.
+// up; whoever finishes a round trip hands the whole queue, as one pipeline of
+// EVALSHAs, to a sender goroutine that keeps the slot (sending each new queue
+// in turn) until the queue is empty. Under load, then, decisions that arrive
+// within one round trip of each other share the next one, which is what lets
+// one Redis core make roughly twice as many decisions per second.
+//
+// A queued caller waits only for its own outcome or its own context, so it
+// returns within its deadline whatever the others in its batch allow.
 //
 // All fields but maxInFlight are guarded by mu.
 type combiner struct {
@@ -40,10 +44,9 @@ type call struct {
 
 	// Guarded by combiner.mu.
 	state callState
-	batch []*call // set when state is leading
 	reply any
 	err   error
-	done  chan struct{} // receives one signal: leading or done
+	done  chan struct{} // signalled once, when state becomes finished
 }
 
 type callState uint8
@@ -51,7 +54,6 @@ type callState uint8
 const (
 	queued    callState = iota // in combiner.pending
 	batched                    // in a batch being sent
-	leading                    // handed a batch to send
 	finished                   // reply and err are set
 	abandoned                  // its caller gave up (ctx done)
 )
@@ -65,7 +67,7 @@ func (b *combiner) do(ctx context.Context, s *algorithm.Script, keys []string, a
 		b.inFlight++
 		b.mu.Unlock()
 		reply, err := b.r.run(ctx, s, keys, args)
-		b.next()
+		b.release()
 		return reply, err
 	}
 	c := callPool.Get().(*call)
@@ -79,78 +81,78 @@ func (b *combiner) do(ctx context.Context, s *algorithm.Script, keys []string, a
 	}
 	b.mu.Lock()
 	switch c.state {
-	case leading:
-		if ctx.Err() == nil {
-			batch := c.batch
-			b.mu.Unlock()
-			b.send(batch)
-			b.next()
-			return b.collect(c)
-		}
-		// Chosen to lead but its caller has gone: lead on another goroutine
-		// so that this caller returns within its deadline.
-		c.state = abandoned
-		batch := c.batch
-		b.mu.Unlock()
-		go func() { b.send(batch); b.next() }()
-		return nil, ctx.Err()
 	case finished:
 		b.mu.Unlock()
-		return b.collect(c)
-	case queued:
-		for i, p := range b.pending {
-			if p == c {
-				b.pending = append(b.pending[:i], b.pending[i+1:]...)
-				break
-			}
+		reply, err := c.reply, c.err
+		*c = call{done: c.done}
+		select { // finished after ctx.Done was chosen: drain the signal
+		case <-c.done:
+		default:
 		}
+		callPool.Put(c)
+		return reply, err
+	case queued:
+		b.pending = slices.DeleteFunc(b.pending, func(p *call) bool { return p == c })
 	}
 	c.state = abandoned // never reused: a batch may still hold it
 	b.mu.Unlock()
 	return nil, ctx.Err()
 }
 
-// collect returns a finished call's outcome and recycles it. The call's
-// state is finished, or it is the leader of a batch that has been sent.
-func (b *combiner) collect(c *call) (any, error) {
-	reply, err := c.reply, c.err
-	*c = call{done: c.done}
-	select { // a leader was signalled once and has read it; drain defensively
-	case <-c.done:
-	default:
-	}
-	callPool.Put(c)
-	return reply, err
-}
-
-// next releases a round-trip slot: the queue, if any, goes to its first
-// caller as one batch.
-func (b *combiner) next() {
+// release ends a round trip: it frees the slot, or, when callers are
+// queued, keeps it for a sender goroutine that sends their batch.
+func (b *combiner) release() {
 	b.mu.Lock()
 	if len(b.pending) == 0 {
 		b.inFlight--
 		b.mu.Unlock()
 		return
 	}
+	batch := b.take()
+	b.mu.Unlock()
+	go b.sendAll(batch)
+}
+
+// take empties the queue into a batch. It requires that b.mu is held.
+func (b *combiner) take() []*call {
 	batch := b.pending
 	b.pending = make([]*call, 0, cap(batch))
 	for _, c := range batch {
 		c.state = batched
 	}
-	lead := batch[0]
-	lead.state, lead.batch = leading, batch
-	b.mu.Unlock()
-	lead.done <- struct{}{}
+	return batch
+}
+
+// sendAll sends batch, then each queue that formed meanwhile, and frees
+// the slot once the queue is empty.
+func (b *combiner) sendAll(batch []*call) {
+	for {
+		b.send(batch)
+		b.mu.Lock()
+		if len(b.pending) == 0 {
+			b.inFlight--
+			b.mu.Unlock()
+			return
+		}
+		batch = b.take()
+		b.mu.Unlock()
+	}
 }
 
 // send runs a batch as one pipeline (EVAL for any script the server lacks)
 // and hands each caller its outcome. It is bounded by the latest deadline
-// among the batch's callers.
+// among the batch's callers, or only by the client's own timeouts if one of
+// them has no deadline; each caller stops waiting at its own.
 func (b *combiner) send(batch []*call) {
 	ctx := context.Background()
 	var deadline time.Time
 	for _, c := range batch {
-		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			deadline = time.Time{}
+			break
+		}
+		if d.After(deadline) {
 			deadline = d
 		}
 	}
@@ -163,13 +165,9 @@ func (b *combiner) send(batch []*call) {
 
 	b.mu.Lock()
 	for i, c := range batch {
-		c.reply, c.err = replies[i], errs[i]
-		switch c.state {
-		case batched:
-			c.state = finished
+		if c.state == batched {
+			c.reply, c.err, c.state = replies[i], errs[i], finished
 			c.done <- struct{}{}
-		case leading:
-			c.state = finished // the leader reads its own outcome
 		}
 	}
 	b.mu.Unlock()

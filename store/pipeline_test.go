@@ -169,3 +169,61 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// Each queued caller is bounded by its own deadline, not by the latest in its
+// batch, and a caller without a deadline is not cut off by another's. Redis
+// sleeps for 1.5s; the one slot's holder gives up at 100ms, which hands the
+// queue — "short" (400ms), "long" (5s), "none" (no deadline) — to be sent
+// as one batch. "short" must return at its own deadline, not when Redis
+// wakes; "none" must get its decision once Redis wakes. (Found by review:
+// the batch was once sent by its first queued caller, "short", and bounded
+// by the latest deadline in it, while callers without one were skipped.)
+func TestPipelineCallersKeepTheirOwnDeadlines(t *testing.T) {
+	srv := redistest.StartServer(t, "--enable-debug-command", "yes")
+	c := srv.Client()
+	r := NewRedis(c, WithMaxInFlight(1))
+	s := algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)
+	slept := make(chan error, 1)
+	go func() { slept <- srv.Client().Do(context.Background(), "DEBUG", "SLEEP", "1.5").Err() }()
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		return c.Ping(ctx).Err() != nil
+	}, 5*time.Second, 5*time.Millisecond)
+
+	type result struct {
+		took time.Duration
+		err  error
+	}
+	decide := func(key string, timeout time.Duration) chan result {
+		out := make(chan result, 1)
+		go func() {
+			start := time.Now()
+			_, err := r.Decide(context.Background(), Request{Strategy: s, Prefix: "p:", Key: key, N: 1, Timeout: timeout})
+			out <- result{time.Since(start), err}
+		}()
+		return out
+	}
+	queued := func(n int) func() bool {
+		return func() bool {
+			r.combine.mu.Lock()
+			defer r.combine.mu.Unlock()
+			return r.combine.inFlight == 1 && len(r.combine.pending) == n
+		}
+	}
+	holder := decide("holder", 100*time.Millisecond)
+	require.Eventually(t, queued(0), time.Second, time.Millisecond)
+	short := decide("short", 400*time.Millisecond)
+	require.Eventually(t, queued(1), time.Second, time.Millisecond)
+	long, none := decide("long", 5*time.Second), decide("none", 0)
+	require.Eventually(t, queued(3), time.Second, time.Millisecond)
+
+	require.ErrorIs(t, (<-holder).err, context.DeadlineExceeded)
+	got := <-short
+	require.ErrorIs(t, got.err, context.DeadlineExceeded)
+	require.Less(t, got.took, time.Second, "returned at its own 400ms deadline (hang guard: the sleep lasts 1.5s)")
+	require.NoError(t, (<-long).err)
+	require.NoError(t, (<-none).err, "no deadline of its own: not cut off by another caller's")
+	require.NoError(t, <-slept)
+	require.Eventually(t, r.combine.idle, 5*time.Second, time.Millisecond)
+}
