@@ -163,9 +163,13 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // decide, the fallback does (WithFallback), or else the FailurePolicy: the
 // Result follows it and the error wraps ErrStoreUnavailable and the cause.
 // While the circuit breaker is open (see Breaker) the store is not called
-// and the error also wraps ErrCircuitOpen. If ctx itself ends first, the
-// error wraps ctx.Err() instead (the caller gave up; the store is not
-// blamed) and the Result follows the policy.
+// and the error also wraps ErrCircuitOpen. If ctx is cancelled (before or
+// during the call) or has already expired when AllowN is called, the error
+// wraps ctx.Err() instead — the caller gave up, the store is not blamed —
+// and the Result follows the policy. A deadline that passes during the
+// call, whether the limiter's timeout or ctx's own, is the store not
+// answering in time: ErrStoreUnavailable and context.DeadlineExceeded,
+// counted by the breaker.
 //
 // The Observer (WithObserver), if any, is told about every decision before
 // AllowN returns.
@@ -252,9 +256,14 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	}
 	d, err := l.store.Decide(ctx, req)
 	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// The caller gave up: that says nothing about the store. (A
+			// deadline, the caller's or the limiter's, is the store not
+			// answering in time, and counts below; telling the two apart by
+			// ctx.Err() alone would depend on whether the context's timer
+			// had fired yet.)
 			b.abandon(p)
-			return l.byPolicy(), outcome(DecidedByPolicy), fmt.Errorf("fleetlimit: decision for %q abandoned: %w", key, ctxErr)
+			return l.byPolicy(), outcome(DecidedByPolicy), fmt.Errorf("fleetlimit: decision for %q abandoned: %w", key, context.Canceled)
 		}
 		if availabilityFailure(err) {
 			b.failure(p)

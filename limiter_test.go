@@ -293,3 +293,28 @@ func TestAccessors(t *testing.T) {
 	require.Equal(t, "login", l.Name())
 	require.Equal(t, "fail-closed", l.Policy().String())
 }
+
+// Callers whose own deadlines are shorter than the limiter's timeout still
+// open the breaker against a hung Redis: a deadline passing during the call
+// is the store not answering in time, whoever set it. (Found by review:
+// such calls were blamed on the caller whenever the context's timer had
+// fired before the store returned, so with short request deadlines the
+// breaker might never open and every request paid its deadline.)
+func TestCallerDeadlinesOpenTheBreaker(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: hungAddr(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	st := store.NewRedis(c)
+	defer st.Close()
+	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(time.Minute))
+	require.NoError(t, err)
+	for i := range fleetlimit.DefaultBreakerThreshold {
+		ctx, cancel := context.WithTimeout(bg, 30*time.Millisecond)
+		_, err := l.Allow(ctx, "u")
+		cancel()
+		require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, "call %d", i)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
+	}
+	require.Equal(t, fleetlimit.BreakerOpen, l.Breaker().State())
+	_, err = l.Allow(bg, "u")
+	require.ErrorIs(t, err, fleetlimit.ErrCircuitOpen)
+}
