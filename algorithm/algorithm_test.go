@@ -176,3 +176,36 @@ func TestRegistry(t *testing.T) {
 	require.Error(t, algorithm.Register(algorithm.Entry{Name: "token_bucket", New: algorithm.FixedWindow}))
 	require.Error(t, algorithm.Register(algorithm.Entry{}))
 }
+
+// Decide on an invalid strategy reports its configuration error; it never
+// divides by zero (found by review: TokenBucket(0, ...).Decide panicked).
+func TestDecideOnInvalidStrategy(t *testing.T) {
+	for _, s := range []algorithm.Strategy{
+		algorithm.TokenBucket(0, time.Second, 1),
+		algorithm.FixedWindow(1, 0),
+		algorithm.SlidingWindowLog(1, 0),
+	} {
+		_, err := s.Decide(s.NewState(), t0, 1)
+		require.ErrorIs(t, err, algorithm.ErrInvalidStrategy, s.Name())
+	}
+}
+
+// Remaining is never negative, even when a strategy with a smaller limit
+// reads state that one with a larger limit filled (two limiters sharing a
+// prefix and key).
+func TestRemainingNeverNegativeOnSharedState(t *testing.T) {
+	for _, pair := range [][2]algorithm.Strategy{
+		{algorithm.SlidingWindowLog(5, time.Minute), algorithm.SlidingWindowLog(2, time.Minute)},
+		{algorithm.FixedWindow(5, time.Minute), algorithm.FixedWindow(2, time.Minute)},
+		{algorithm.TokenBucket(5, time.Minute, 5), algorithm.TokenBucket(2, time.Minute, 2)},
+	} {
+		big, small := pair[0], pair[1]
+		st := big.NewState()
+		_, err := big.Decide(st, t0, 5)
+		require.NoError(t, err)
+		d, err := small.Decide(st, t0, 1)
+		require.NoError(t, err)
+		require.False(t, d.Allowed, big.Name())
+		require.Zero(t, d.Remaining, big.Name())
+	}
+}

@@ -71,6 +71,9 @@ func (s *fixedWindow) Decide(state State, now time.Time, n int64) (Decision, err
 	if !ok {
 		return Decision{}, ErrStateType
 	}
+	if s.window <= 0 || s.limit <= 0 {
+		return Decision{}, s.Validate()
+	}
 	t := now.UnixMicro()
 	idx := floorDiv(t, s.window)
 	if st.end != 0 && st.index > idx {
@@ -94,7 +97,7 @@ func (s *fixedWindow) Decide(state State, now time.Time, n int64) (Decision, err
 	if count > 0 {
 		reset = end - t
 	}
-	d.Remaining = s.limit - count
+	d.Remaining = max(0, s.limit-count) // a larger limit may share the key
 	d.ResetAfter = duration(reset)
 	if n > s.limit {
 		d.RetryAfter = duration(neverPassable(reset, s.window))

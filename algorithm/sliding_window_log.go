@@ -94,6 +94,9 @@ func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision
 	if !ok {
 		return Decision{}, ErrStateType
 	}
+	if s.window <= 0 || s.limit <= 0 {
+		return Decision{}, s.Validate()
+	}
 	t := now.UnixMicro()
 	live := st.log[st.head:]
 	var newest int64
@@ -136,7 +139,7 @@ func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision
 	if st.count > 0 {
 		reset = newest + s.window - t
 	}
-	d.Remaining = s.limit - st.count
+	d.Remaining = max(0, s.limit-st.count) // a larger limit may share the key
 	d.ResetAfter = duration(reset)
 	if n > s.limit {
 		d.RetryAfter = duration(neverPassable(reset, s.window))

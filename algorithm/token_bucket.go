@@ -100,6 +100,9 @@ func (s *tokenBucket) Decide(state State, now time.Time, n int64) (Decision, err
 	if !ok {
 		return Decision{}, ErrStateType
 	}
+	if s.r == 0 { // not valid: its units were never computed
+		return Decision{}, s.Validate()
+	}
 	t := now.UnixMicro()
 	// debt is the capacity minus the level, in units.
 	var debt int64

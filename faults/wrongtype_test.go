@@ -39,6 +39,21 @@ func TestWrongType(t *testing.T) {
 			func(c redis.UniversalClient, k string) error { return c.Set(bg, k, "not:a-state", 0).Err() },
 			func(c redis.UniversalClient, k string) (any, error) { return c.Get(bg, k).Result() },
 		},
+		// A sorted set whose members are not the sliding log's, and strings
+		// that Lua's tonumber alone would have read as numbers (found by
+		// review: "inf" made a token bucket deny for ever, with no TTL).
+		"zset": {
+			func(c redis.UniversalClient, k string) error {
+				return c.ZAdd(bg, k, redis.Z{Score: 1e18, Member: "x"}).Err()
+			},
+			func(c redis.UniversalClient, k string) (any, error) { return c.ZRangeWithScores(bg, k, 0, -1).Result() },
+		},
+	}
+	for _, v := range []string{"inf", "nan", "0x1A", " 12 ", "12:", ":3", "1:2:3", "-5:1", "99999999999999999999999999999999999999999:1"} {
+		foreign["string "+v] = kind{
+			func(c redis.UniversalClient, k string) error { return c.Set(bg, k, v, 0).Err() },
+			func(c redis.UniversalClient, k string) (any, error) { return c.Get(bg, k).Result() },
+		}
 	}
 	for name, c := range backends(t) {
 		st := redisStore(t, c)

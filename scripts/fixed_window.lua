@@ -26,13 +26,13 @@ local idx = math.floor(now / window)
 local count = 0
 local v = redis.call('GET', key)
 if v then
-  local sep = string.find(v, ':', 1, true)
-  local vidx = sep and tonumber(string.sub(v, 1, sep - 1))
-  local vcount = sep and tonumber(string.sub(v, sep + 1))
-  if not (vidx and vcount) then
-    -- Something else wrote this key: say so rather than overwrite it.
+  -- Parse strictly; something else wrote any other value: say so rather
+  -- than overwrite it.
+  local vidx, vcount = string.match(v, '^(%d+):(%d+)$')
+  if not vidx or #v > 40 then
     return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a fixed window counter')
   end
+  vidx, vcount = tonumber(vidx), tonumber(vcount)
   -- Time never runs backwards for one key: a caller whose clock is behind the
   -- newest window counted (WithClock skew) is judged at that window's start,
   -- rather than reopening an older window with a fresh count.
@@ -60,4 +60,6 @@ if n > limit then
   retry = reset
   if retry == 0 then retry = window end
 end
-return {0, limit - count, retry, reset}
+-- Remaining is never negative, even when a limiter with a larger limit
+-- shares this key.
+return {0, math.max(0, limit - count), retry, reset}

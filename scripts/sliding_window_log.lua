@@ -27,12 +27,17 @@ end
 local newest_at, newest_seq = nil, 0
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if newest[2] then
+  -- Members are "<residue>:<letter><seq>" (below); anything else was written
+  -- by something else: say so rather than compute with it.
+  local seq = string.match(newest[1], '^%d+:%l(%d+)$')
   newest_at = tonumber(newest[2])
+  if not seq or not newest_at or newest_at ~= math.floor(newest_at) or newest_at < 0 then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a sliding window log')
+  end
   if newest_at > now then now = newest_at end
   if newest_at == now then
     -- Units admitted at this same instant number on from the newest one.
-    local m = newest[1]
-    newest_seq = tonumber(string.sub(m, string.find(m, ':', 1, true) + 2)) or 0
+    newest_seq = tonumber(seq)
   end
 end
 
@@ -82,4 +87,6 @@ else
   local kth = redis.call('ZRANGE', key, k, k, 'WITHSCORES')
   retry = tonumber(kth[2]) + window - now
 end
-return {0, limit - count, retry, reset}
+-- Remaining is never negative, even when a limiter with a larger limit
+-- shares this key.
+return {0, math.max(0, limit - count), retry, reset}

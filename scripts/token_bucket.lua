@@ -32,19 +32,16 @@ local fill = math.ceil(C / R) -- microseconds to fill an empty bucket
 local debt = 0
 local v = redis.call('GET', key)
 if v then
-  local tat, e
-  local sep = string.find(v, ':', 1, true)
-  if sep then
-    tat = tonumber(string.sub(v, 1, sep - 1))
-    e = tonumber(string.sub(v, sep + 1))
-  else
-    tat = tonumber(v)
-    e = 0
+  -- Parse strictly: tonumber alone would take "inf", "0x1A" or " 12 "
+  -- written by something else, and deny for ever.
+  local tat, e = string.match(v, '^(%d+):(%d+)$')
+  if not tat then
+    tat, e = string.match(v, '^%d+$'), '0'
   end
-  if not (tat and e) then
-    -- Something else wrote this key: say so rather than fail in arithmetic.
+  if not tat or #v > 40 then
     return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a token bucket')
   end
+  tat, e = tonumber(tat), tonumber(e)
   if tat > now then
     -- A clock behind the last writer sees at most an empty bucket (elapsed
     -- time is clamped at zero), never a debt beyond the capacity.

@@ -127,7 +127,7 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	if !now.IsZero() && !m.callerTime.Load() {
 		m.callerTime.Store(true)
 	}
-	tag := req.Strategy.Script().Tag
+	tag := tagOf(req.Strategy)
 	h := maphash.String(m.seed, req.Key)
 	sh := &m.shards[h&(memoryShards-1)]
 	// Mix the namespace in above the shard bits, so that one user key under
@@ -167,6 +167,15 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	}
 	sh.mu.Unlock()
 	return d, err
+}
+
+// tagOf is the strategy's script tag, or its name if it has no script (a
+// strategy for in-process use only).
+func tagOf(s algorithm.Strategy) string {
+	if sc := s.Script(); sc != nil {
+		return sc.Tag
+	}
+	return s.Name()
 }
 
 // namespaceBits condenses a prefix and a tag into a few bits to mix into a

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 	"github.com/fleetlimit/fleetlimit/store/storetest"
 )
@@ -80,4 +81,23 @@ func TestMemoryTimeNeverRunsBackwardsForAKey(t *testing.T) {
 	d, err = m.Decide(ctx, store.Request{Strategy: strat, Prefix: "p:", Key: "u", N: 1, Now: storetest.T0})
 	require.NoError(t, err)
 	require.False(t, d.Allowed, "a clock an hour behind sees an empty bucket, not a full one")
+}
+
+// scriptless is a strategy for in-process use only: no Lua twin.
+type scriptless struct{ algorithm.Strategy }
+
+func (scriptless) Script() *algorithm.Script { return nil }
+
+// The memory store runs a strategy without a script (found by review: it
+// read the script's tag and panicked); Redis refuses it with a clear error.
+func TestStrategyWithoutScript(t *testing.T) {
+	m := store.NewMemory()
+	defer m.Close()
+	s := scriptless{algorithm.FixedWindow(1, time.Minute)}
+	d, err := m.Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: "u", N: 1, Now: storetest.T0})
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	_, c := redistest.Mini(t)
+	_, err = store.NewRedis(c).Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: "u", N: 1, Now: storetest.T0})
+	require.ErrorIs(t, err, algorithm.ErrInvalidStrategy)
 }
