@@ -140,6 +140,15 @@ func KeyByClientIP(cfg ClientIPConfig) (KeyFunc, error) {
 			}
 			p = netip.PrefixFrom(a, a.BitLen())
 		}
+		if a := p.Addr(); a.Is4In6() {
+			// Peers are unmapped before matching, so unmap the prefix too:
+			// ::ffff:10.0.0.0/104 is 10.0.0.0/8.
+			if p.Bits() < 96 {
+				errs = append(errs, fmt.Errorf("trusted proxy %q: an IPv4-mapped prefix must be at least /96", s))
+				continue
+			}
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
 		c.trusted = append(c.trusted, p.Masked())
 	}
 	switch cfg.Header {

@@ -81,6 +81,8 @@ func TestKeyByClientIP(t *testing.T) {
 	require.NoError(t, err)
 	coarse, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{IPv6PrefixLen: 48, IPv4PrefixLen: 24})
 	require.NoError(t, err)
+	mapped, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{TrustedProxies: []string{"::ffff:10.0.0.0/104"}})
+	require.NoError(t, err)
 
 	for _, c := range []struct {
 		name string
@@ -103,6 +105,8 @@ func TestKeyByClientIP(t *testing.T) {
 			request("10.1.2.3:5555", "X-Forwarded-For", "192.0.2.99, 198.51.100.1", "X-Forwarded-For", "10.9.9.9 ,10.8.8.8"), "198.51.100.1"},
 		{"every hop trusted: the leftmost", proxied, request("10.1.2.3:5555", "X-Forwarded-For", "10.7.7.7, 10.8.8.8"), "10.7.7.7"},
 		{"a trusted proxy without the header is itself the client", proxied, request("10.1.2.3:5555"), "10.1.2.3"},
+		{"a trusted proxy given as an IPv4-mapped prefix matches (found by review)", mapped,
+			request("[::ffff:10.0.0.5]:443", "X-Forwarded-For", "198.51.100.1"), "198.51.100.1"},
 		{"ports and brackets", proxied, request("[2001:db8:ffff::1]:443", "X-Forwarded-For", "[2001:db8:1:2:3:4:5:6]:8080"), "2001:db8:1:2::/64"},
 		{"garbage from a trusted hop is an error", proxied, request("10.1.2.3:5555", "X-Forwarded-For", "198.51.100.1, not-an-ip"), ""},
 		{"the header a proxy does not write is not read", proxied, request("10.1.2.3:5555", "Forwarded", "for=198.51.100.1"), "10.1.2.3"},
