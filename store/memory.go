@@ -24,9 +24,9 @@ const memoryShards = 256
 // so decisions on different keys rarely contend. A background sweeper drops
 // keys that are back at full capacity (their Strategy State's FullAt has
 // passed), one shard at a time, so an idle client costs nothing after its
-// reset time. Time for the sweep is the latest decision time seen in the
-// shard, or the store's clock if callers never pass their own time, so that a
-// virtual clock (fleetlimit.WithClock) never sees its state dropped early.
+// reset time. Time for the sweep is the store's clock, or, once callers pass
+// their own time, the latest time any of them passed, so that a virtual clock
+// (fleetlimit.WithClock) never sees its state dropped early (see Sweep).
 //
 // The zero Memory is not usable; call NewMemory. Memory is safe for
 // concurrent use. Close stops the sweeper.
@@ -205,21 +205,35 @@ func (m *Memory) Len() int {
 
 // Sweep drops every key back at full capacity now. The sweeper calls it
 // periodically; tests may call it directly.
+//
+// "Now" is the store's clock, unless callers pass their own time
+// (Request.Now, as fleetlimit.WithClock does): then it is the latest time
+// any caller has passed, so that a virtual clock never sees its state
+// dropped early. Callers that share one store should then share one clock;
+// and when their traffic stops altogether, the last keys wait for the next
+// decision (their number is bounded by the keys already made).
 func (m *Memory) Sweep() {
-	clockNow := int64(0)
-	if !m.callerTime.Load() {
-		clockNow = m.clock().UnixMicro()
+	var now int64
+	if m.callerTime.Load() {
+		for i := range m.shards {
+			sh := &m.shards[i]
+			sh.mu.Lock()
+			now = max(now, sh.latest)
+			sh.mu.Unlock()
+		}
+	} else {
+		now = m.clock().UnixMicro()
 	}
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		now := max(sh.latest, clockNow)
+		at := max(sh.latest, now)
 		for h, e := range sh.entries {
 			// Rebuild the chain without the entries that are full.
 			var keep *memoryEntry
 			for e != nil {
 				next := e.next
-				if e.state.FullAt() > now {
+				if e.state.FullAt() > at {
 					e.next, keep = keep, e
 				} else {
 					sh.n--

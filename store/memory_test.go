@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -42,6 +43,24 @@ func TestMemorySweepDropsOnlyFullKeys(t *testing.T) {
 	require.Equal(t, 3, m.Len(), "at 61s the p: keys are full and dropped; the q: keys were used at 50s and 61s")
 	at("p:", 62*time.Second)
 	require.Equal(t, 6, m.Len(), "a dropped key starts afresh")
+}
+
+// With caller-supplied time, every shard is swept up to the latest time any
+// caller has passed, not only its own latest (found by review: with
+// WithClock, keys in shards that saw no later decision were never dropped).
+func TestMemorySweepFollowsLatestCallerTime(t *testing.T) {
+	m := store.NewMemory()
+	defer m.Close()
+	s := algorithm.TokenBucket(1, time.Second, 1)
+	for i := range 1000 {
+		_, err := m.Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: strconv.Itoa(i), N: 1, Now: storetest.T0})
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1000, m.Len())
+	_, err := m.Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: "later", N: 1, Now: storetest.T0.Add(time.Minute)})
+	require.NoError(t, err)
+	m.Sweep()
+	require.Equal(t, 1, m.Len(), "all 1000 were full a second after T0; only the key used at T0+1m remains")
 }
 
 // With the store's own clock, the background sweeper empties idle keys on
