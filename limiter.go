@@ -139,6 +139,9 @@ func (l *Limiter) Strategy() algorithm.Strategy { return l.strategy }
 // Name returns the limiter's name (WithName; default the strategy's name).
 func (l *Limiter) Name() string { return l.cfg.name }
 
+// KeyPrefix returns the prefix of the limiter's keys (WithKeyPrefix, WithName).
+func (l *Limiter) KeyPrefix() string { return l.cfg.prefix }
+
 // Policy returns the limiter's failure policy.
 func (l *Limiter) Policy() FailurePolicy { return l.cfg.policy }
 
@@ -333,11 +336,13 @@ func (l *Limiter) byPolicy() Result {
 
 // config holds every option; defaults live in defaults.
 type config struct {
-	name    string
-	prefix  string
-	clock   func() time.Time
-	policy  FailurePolicy
-	timeout time.Duration
+	name      string
+	named     bool // WithName was given
+	prefix    string
+	prefixSet bool // WithKeyPrefix was given
+	clock     func() time.Time
+	policy    FailurePolicy
+	timeout   time.Duration
 
 	breaker           *Breaker // nil: a breaker of its own, unless noBreaker
 	noBreaker         bool
@@ -358,6 +363,10 @@ func defaults(s algorithm.Strategy) config {
 }
 
 func (c *config) validate() error {
+	if c.named && !c.prefixSet {
+		// Named limiters keep separate state by default (see WithName).
+		c.prefix = DefaultKeyPrefix + c.name + ":"
+	}
 	if strings.ContainsAny(c.prefix, "{}") {
 		c.errs = append(c.errs, fmt.Errorf("key prefix %q contains a brace, which would move every key into one Redis Cluster slot", c.prefix))
 	}
@@ -379,8 +388,8 @@ func (f option) apply(c *config) { f(c) }
 
 // WithClock makes the limiter read time from now instead of the store's
 // clock. Default: the store's clock — the Redis server's TIME, read inside
-// the script, so app servers' clock skew cannot bend a limit; time.Now for
-// store.Memory. Use it for tests and simulations (virtual time), or to save
+// the script, so app servers' clock skew cannot bend a limit; for
+// store.Memory its own (see store.WithMemoryClock). Use it for tests and simulations (virtual time), or to save
 // Redis the TIME call; note that Redis still expires keys on its own clock.
 func WithClock(now func() time.Time) Option {
 	return option(func(c *config) {
@@ -392,12 +401,15 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithKeyPrefix sets the string prepended verbatim to every Redis key (and
-// the namespace in store.Memory). Default: DefaultKeyPrefix ("ratelimit:").
-// Limiters with the same prefix and algorithm share the state of a key; give
-// endpoints with separate limits separate prefixes or keys. It must not
-// contain braces (see store.RedisKey).
+// the namespace in store.Memory). Default: DefaultKeyPrefix ("ratelimit:"),
+// followed by the name and ":" when WithName is given. Limiters with the
+// same prefix and algorithm share the state of a key: that is how the
+// instances of a fleet share a limit, so give them the same prefix (or
+// name), with the same parameters; give endpoints with separate limits
+// separate prefixes (or names). It must not contain braces (see
+// store.RedisKey).
 func WithKeyPrefix(prefix string) Option {
-	return option(func(c *config) { c.prefix = prefix })
+	return option(func(c *config) { c.prefix, c.prefixSet = prefix, true })
 }
 
 // WithFailurePolicy sets what a decision is when the store cannot answer.
@@ -424,13 +436,17 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithName names the limiter in reports, observers and the RateLimit-Policy
-// header. Default: the strategy's name.
+// header. Default: the strategy's name. Unless WithKeyPrefix is given, the
+// name also becomes part of the key prefix (DefaultKeyPrefix + name + ":"),
+// so that limiters named for different endpoints keep separate state for
+// the same user key, and limiters of the same name, in every instance of a
+// fleet, share it. The name then must not contain braces.
 func WithName(name string) Option {
 	return option(func(c *config) {
 		if name == "" {
 			c.errs = append(c.errs, errors.New("empty name"))
 		}
-		c.name = name
+		c.name, c.named = name, true
 	})
 }
 

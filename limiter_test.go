@@ -318,3 +318,33 @@ func TestCallerDeadlinesOpenTheBreaker(t *testing.T) {
 	_, err = l.Allow(bg, "u")
 	require.ErrorIs(t, err, fleetlimit.ErrCircuitOpen)
 }
+
+// Named limiters keep separate state for one user key by default — two
+// endpoints of the same algorithm with different limits never read each
+// other's — while limiters of one name share it, as a fleet's instances do.
+func TestNamesSeparateState(t *testing.T) {
+	for name, st := range stores(t) {
+		mk := func(s algorithm.Strategy, opts ...fleetlimit.Option) *fleetlimit.Limiter {
+			l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{fleetlimit.WithClock(fixedClock(t0.Add(time.Second)))}, opts...)...)
+			require.NoError(t, err)
+			return l
+		}
+		p := strings.TrimSuffix(strings.TrimPrefix(redistest.Prefix(), "test:"), ":") // fresh names: the server is shared
+		login := mk(algorithm.TokenBucket(1, time.Minute, 1), fleetlimit.WithName(p+"login"))
+		api := mk(algorithm.TokenBucket(100, time.Minute, 100), fleetlimit.WithName(p+"api"))
+		api2 := mk(algorithm.TokenBucket(100, time.Minute, 100), fleetlimit.WithName(p+"api"))
+		require.Equal(t, fleetlimit.DefaultKeyPrefix+p+"login:", login.KeyPrefix())
+		res, err := login.Allow(bg, "alice")
+		require.NoError(t, err)
+		require.True(t, res.Allowed, name)
+		res, err = api.AllowN(bg, "alice", 60)
+		require.NoError(t, err)
+		require.Equal(t, int64(40), res.Remaining, "%s: the api's bucket is its own", name)
+		res, err = api2.AllowN(bg, "alice", 40)
+		require.NoError(t, err)
+		require.True(t, res.Allowed, name)
+		require.Zero(t, res.Remaining, "%s: another instance named api shares it", name)
+		explicit := mk(algorithm.TokenBucket(1, time.Minute, 1), fleetlimit.WithName("x"), fleetlimit.WithKeyPrefix("given:"))
+		require.Equal(t, "given:", explicit.KeyPrefix())
+	}
+}
