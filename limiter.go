@@ -177,11 +177,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // The Observer (WithObserver), if any, is told about every decision before
 // AllowN returns.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	if l.cfg.observer != nil {
-		return l.observed(ctx, key, n, "")
-	}
-	res, _, err := l.decide(ctx, key, n)
-	return res, err
+	return l.allowN(ctx, key, n, "")
 }
 
 // allowN is AllowN, reporting route to the observer.

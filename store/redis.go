@@ -37,8 +37,13 @@ var _ Store = (*Redis)(nil)
 // *redis.ClusterClient or *redis.Ring that lacks it through a twin client
 // built from the same options with it enabled (its own connection pool,
 // closed by Close); other UniversalClient implementations are called on a
-// goroutine that the deadline abandons. Pass a client with
-// ContextTimeoutEnabled: true to share its pool and avoid both.
+// goroutine that the deadline abandons. The twin has its own pool, does not
+// run hooks added to your client with AddHook (tracing, metrics), and, for a
+// Sentinel client (redis.NewFailoverClient), is not among the pools go-redis
+// drops on failover, so it may keep connections to a demoted primary until
+// they fail (Sentinel's CLIENT KILL ends them). Build your client with
+// ContextTimeoutEnabled: true to share its pool and hooks and avoid all of
+// this.
 //
 // Redis is safe for concurrent use.
 type Redis struct {
@@ -245,6 +250,9 @@ func redisError(key string, err error) error {
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("store: script on %q returned nil: %w", key, ErrBadReply)
 	}
+	// By text, not by redis.Error's prefix: an error raised inside a script
+	// arrives wrapped ("ERR Error running script ...: WRONGTYPE ...") on
+	// some Redis versions, and our scripts raise WRONGTYPE themselves.
 	if strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("store: redis key %q: %w: %w", key, ErrWrongType, err)
 	}
