@@ -98,7 +98,8 @@ func (s BreakerState) String() string {
 //
 // Not counted, because they say nothing about the store's health: errors of
 // one key (store.ErrWrongType, store.ErrBadReply, a Lua error), invalid input,
-// and the caller's own cancelled or expired context. A store that answers at
+// and the caller's own cancelled or expired context, including a deadline of
+// the caller's that passes during the call. A store that answers at
 // all, even with a per-key error, resets the count.
 //
 // Each Limiter has its own Breaker unless given one with WithBreaker. Share

@@ -32,8 +32,8 @@ type fallback struct {
 // the scaled Limit and its real Remaining) and an error wrapping
 // ErrStoreUnavailable, and the Observer sees DecidedByFallback. The fallback
 // replaces the FailurePolicy for both policies: FailClosed with a fallback
-// admits each instance's share rather than nothing. A caller's own cancelled
-// context is still decided by the policy.
+// admits each instance's share rather than nothing. A caller whose context
+// is done is denied, as without a fallback (see Limiter.AllowN).
 //
 // The strategy must implement algorithm.Scaler (the built-ins do); instances
 // must be >= 1 and st non-nil, or New fails with ErrInvalidConfig.

@@ -166,13 +166,20 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // decide, the fallback does (WithFallback), or else the FailurePolicy: the
 // Result follows it and the error wraps ErrStoreUnavailable and the cause.
 // While the circuit breaker is open (see Breaker) the store is not called
-// and the error also wraps ErrCircuitOpen. If ctx is cancelled (before or
-// during the call) or has already expired when AllowN is called, the error
-// wraps ctx.Err() instead — the caller gave up, the store is not blamed —
-// and the Result follows the policy. A deadline that passes during the
-// call, whether the limiter's timeout or ctx's own, is the store not
-// answering in time: ErrStoreUnavailable and context.DeadlineExceeded,
-// counted by the breaker.
+// and the error also wraps ErrCircuitOpen. A deadline that the limiter's
+// timeout sets and that passes during the call is the store not answering
+// in time: ErrStoreUnavailable and context.DeadlineExceeded, counted by the
+// breaker.
+//
+// A caller that is gone is never admitted, whatever the policy: if ctx is
+// done (cancelled, or its own deadline passed) before, during or at the end
+// of the call, the Result is denied (Allowed false, Limit set, everything
+// else zero) and the error wraps ctx's error and not ErrStoreUnavailable —
+// the caller gave up, the store is not blamed and the breaker counts
+// nothing. Admitting instead would let any client past the limit by
+// cancelling its own request (an HTTP client that half-closes its
+// connection cancels the request's context). When the store had already
+// admitted the request, its cost stays charged.
 //
 // The Observer (WithObserver), if any, is told about every decision before
 // AllowN returns.
@@ -241,7 +248,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 		return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 	}
 	if err := ctx.Err(); err != nil {
-		return l.byPolicy(), outcome(DecidedByPolicy), fmt.Errorf("fleetlimit: decision for %q not made: %w", key, err)
+		return l.callerGone(key, err)
 	}
 	// The breaker's closed path is written out here rather than called, so
 	// that it costs two atomic loads and no call (see Breaker).
@@ -255,14 +262,13 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	}
 	d, err := l.store.Decide(ctx, req)
 	if err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			// The caller gave up: that says nothing about the store. (A
-			// deadline, the caller's or the limiter's, is the store not
-			// answering in time, and counts below; telling the two apart by
-			// ctx.Err() alone would depend on whether the context's timer
-			// had fired yet.)
+		if cerr := doneErr(ctx); cerr != nil {
+			// The caller gave up, or its own deadline (not the limiter's)
+			// ended the wait: that says nothing about the store, and a
+			// client must not be able to open the breaker for everyone by
+			// sending short deadlines.
 			b.abandon(p)
-			return l.byPolicy(), outcome(DecidedByPolicy), fmt.Errorf("fleetlimit: decision for %q abandoned: %w", key, context.Canceled)
+			return l.callerGone(key, cerr)
 		}
 		if availabilityFailure(err) {
 			b.failure(p)
@@ -276,7 +282,28 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	} else if b != nil && b.fails.Load() != 0 {
 		b.success(0)
 	}
+	if err := ctx.Err(); err != nil {
+		return l.callerGone(key, err)
+	}
 	return Result(d), outcome(DecidedByStore), nil
+}
+
+// callerGone is the decision for a caller whose context is done: denied,
+// whatever the policy, with err (ctx's error) wrapped.
+func (l *Limiter) callerGone(key string, err error) (Result, outcome, error) {
+	return Result{Limit: l.strategy.Limit()}, outcome(DecidedByCaller), fmt.Errorf("fleetlimit: decision for %q: caller gone: %w", key, err)
+}
+
+// doneErr is ctx.Err(), or context.DeadlineExceeded once ctx's own deadline
+// has passed: Err lags the deadline until the context's timer has run.
+func doneErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // request validates a call and builds the store request.

@@ -247,17 +247,19 @@ func TestFailurePolicy(t *testing.T) {
 }
 
 // A caller's cancelled context is reported as such, not as a store outage,
-// and records nothing.
+// is denied under either policy, and records nothing.
 func TestCancelledContext(t *testing.T) {
 	for name, st := range stores(t) {
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()))
 		require.NoError(t, err)
+		require.Equal(t, fleetlimit.FailOpen, l.Policy())
 		ctx, cancel := context.WithCancel(bg)
 		cancel()
-		_, err = l.Allow(ctx, "u")
+		res, err := l.Allow(ctx, "u")
 		require.ErrorIs(t, err, context.Canceled, name)
 		require.False(t, errors.Is(err, fleetlimit.ErrStoreUnavailable), name)
-		res, err := l.Allow(bg, "u")
+		require.Equal(t, fleetlimit.Result{Limit: 1}, res, "%s: a cancelled caller is denied even under FailOpen", name)
+		res, err = l.Allow(bg, "u")
 		require.NoError(t, err)
 		require.True(t, res.Allowed, "%s: the cancelled call recorded nothing", name)
 	}
@@ -294,25 +296,36 @@ func TestAccessors(t *testing.T) {
 	require.Equal(t, "fail-closed", l.Policy().String())
 }
 
-// Callers whose own deadlines are shorter than the limiter's timeout still
-// open the breaker against a hung Redis: a deadline passing during the call
-// is the store not answering in time, whoever set it. (Found by review:
-// such calls were blamed on the caller whenever the context's timer had
-// fired before the store returned, so with short request deadlines the
-// breaker might never open and every request paid its deadline.)
-func TestCallerDeadlinesOpenTheBreaker(t *testing.T) {
+// Callers whose own deadlines are shorter than the limiter's timeout, on a
+// hung Redis, are denied when their deadline passes, under FailOpen too, and
+// do not open the breaker: the deadline is the caller's, not the store's, and
+// a client must not be able to open the breaker for everyone (and so, under
+// FailOpen, lift the limit) by sending short deadlines. A caller whose
+// deadline is longer than the limiter's timeout is decided by the policy and
+// counted, as any timeout.
+func TestCallerDeadlines(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: hungAddr(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	st := store.NewRedis(c)
 	defer st.Close()
-	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(time.Minute))
+	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(200*time.Millisecond))
 	require.NoError(t, err)
-	for i := range fleetlimit.DefaultBreakerThreshold {
+	for i := range 2 * fleetlimit.DefaultBreakerThreshold {
 		ctx, cancel := context.WithTimeout(bg, 30*time.Millisecond)
-		_, err := l.Allow(ctx, "u")
+		res, err := l.Allow(ctx, "u")
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
+		require.NotErrorIs(t, err, fleetlimit.ErrStoreUnavailable, "call %d", i)
+		require.Equal(t, fleetlimit.Result{Limit: 10}, res, "call %d: denied", i)
+	}
+	require.Equal(t, fleetlimit.BreakerClosed, l.Breaker().State())
+	for i := range fleetlimit.DefaultBreakerThreshold {
+		ctx, cancel := context.WithTimeout(bg, time.Minute)
+		res, err := l.Allow(ctx, "u")
 		cancel()
 		require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, "call %d", i)
 		require.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
+		require.True(t, res.Allowed, "call %d: the limiter's own timeout is the store's failure: FailOpen decides", i)
 	}
 	require.Equal(t, fleetlimit.BreakerOpen, l.Breaker().State())
 	_, err = l.Allow(bg, "u")

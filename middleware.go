@@ -1,6 +1,7 @@
 package fleetlimit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,11 @@ import (
 //     Retry-After, not 429: the client did nothing wrong. Either way only
 //     X-RateLimit-Limit and RateLimit-Policy are sent: the remaining quota
 //     is unknown and is omitted rather than invented;
+//   - the client is gone (the request's context is done: the client
+//     closed or half-closed its connection, or a deadline set on the
+//     request passed): StatusClientClosedRequest (499), the handler does
+//     not run. The status is nginx's for the same case; it keeps such
+//     requests out of both the 2xx and the 5xx counts;
 //   - the key cannot be found (a KeyFunc error, or a key that is empty or
 //     longer than store.MaxKeyLen): 400 Bad Request by default, because an
 //     unidentified request let through unlimited would be a way around the
@@ -156,7 +162,7 @@ func CostByContentLength(unit int64) CostFunc {
 }
 
 // WithDenialWriter sets how the middleware writes the responses it answers
-// itself (429, 503, 400, 411, 413, 500): every header but Content-Type is
+// itself (429, 503, 499, 400, 411, 413, 500): every header but Content-Type is
 // already set when it is called, and it must write the status d.Status.
 // Default: PlainTextDenial.
 func WithDenialWriter(f DenialWriter) MiddlewareOption {
@@ -168,10 +174,15 @@ func WithDenialWriter(f DenialWriter) MiddlewareOption {
 	})
 }
 
+// StatusClientClosedRequest is the status Middleware writes when the client
+// went away before the decision was made (nginx's 499 Client Closed
+// Request): the request is not admitted and the handler does not run.
+const StatusClientClosedRequest = 499
+
 // Denial is a response the middleware answers itself.
 type Denial struct {
-	// Status is the HTTP status code to write: 429, 503, 400, 411, 413 or
-	// 500.
+	// Status is the HTTP status code to write: 429, 503, 499, 400, 411,
+	// 413 or 500.
 	Status int
 	// Policy is the limiter's name, as in the RateLimit-Policy field.
 	Policy string
@@ -180,7 +191,8 @@ type Denial struct {
 	Detail string
 	// Result is the limiter's decision (zero when no decision was made).
 	Result Result
-	// Err is the error behind a 503, 400, 411 or 500; nil for 429 and 413.
+	// Err is the error behind a 503, 499, 400, 411 or 500; nil for 429 and
+	// 413.
 	Err error
 }
 
@@ -213,7 +225,7 @@ func ProblemDetailsDenial(w http.ResponseWriter, _ *http.Request, d Denial) {
 		Status   int      `json:"status"`
 		Detail   string   `json:"detail,omitempty"`
 		Violated []string `json:"violated-policies,omitempty"`
-	}{Type: "about:blank", Title: http.StatusText(d.Status), Status: d.Status, Detail: d.Detail}
+	}{Type: "about:blank", Title: statusText(d.Status), Status: d.Status, Detail: d.Detail}
 	switch d.Status {
 	case http.StatusTooManyRequests:
 		p.Type, p.Violated = ProblemQuotaExceeded, []string{d.Policy}
@@ -265,6 +277,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	// the most it accepts, so that the answer is a 413, not a 500.
 	res, err := m.l.allowN(r.Context(), key, min(n, algorithm.MaxInt), route)
 	switch {
+	case r.Context().Err() != nil:
+		// The client went away (or half-closed its connection): it is never
+		// admitted, and the handler never runs. Without a status written
+		// here net/http would answer an implicit 200.
+		m.deny(w, r, Denial{Status: StatusClientClosedRequest, Policy: m.l.Name(), Result: res, Err: context.Cause(r.Context()),
+			Detail: "client closed request"})
 	case err == nil:
 		m.hv.setLimitHeaders(w.Header(), res, m.draft)
 		switch {
@@ -305,6 +323,14 @@ func (m *middleware) keyError(next http.Handler, w http.ResponseWriter, r *http.
 		return
 	}
 	m.deny(w, r, Denial{Status: http.StatusBadRequest, Policy: m.l.Name(), Err: err, Detail: err.Error()})
+}
+
+// statusText is http.StatusText, knowing StatusClientClosedRequest too.
+func statusText(status int) string {
+	if status == StatusClientClosedRequest {
+		return "Client Closed Request"
+	}
+	return http.StatusText(status)
 }
 
 // plural is "1 second", "3 seconds".

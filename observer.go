@@ -57,7 +57,7 @@ type Event struct {
 	// applies when DecidedBy is DecidedByPolicy.
 	Policy FailurePolicy
 	// DecidedBy says who made the decision: the store, the failure policy,
-	// or the in-process fallback (WithFallback).
+	// the in-process fallback (WithFallback), or the caller's context.
 	DecidedBy Decider
 	// CircuitOpen reports that the circuit breaker kept the store out of
 	// this decision: the store was not called.
@@ -78,6 +78,9 @@ const (
 	// DecidedByFallback: the store could not, and the in-process fallback
 	// limiter (WithFallback) did.
 	DecidedByFallback
+	// DecidedByCaller: the caller's context was done (cancelled, or its
+	// deadline passed), so the request was denied whatever the policy.
+	DecidedByCaller
 )
 
 func (d Decider) String() string {
@@ -88,6 +91,8 @@ func (d Decider) String() string {
 		return "policy"
 	case DecidedByFallback:
 		return "fallback"
+	case DecidedByCaller:
+		return "caller"
 	}
 	return fmt.Sprintf("Decider(%d)", int(d))
 }
