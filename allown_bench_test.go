@@ -9,6 +9,7 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -98,9 +99,9 @@ func BenchmarkAllowN(b *testing.B) {
 	})
 	b.Run("miniredis", func(b *testing.B) {
 		_, c := redistest.Mini(b)
-		benchmarkAllowN(b, store.NewRedis(c))
+		benchmarkAllowN(b, stores.Redis(b, c))
 	})
 	b.Run("redis", func(b *testing.B) {
-		benchmarkAllowN(b, store.NewRedis(redistest.Real(b)))
+		benchmarkAllowN(b, stores.Redis(b, redistest.Real(b)))
 	})
 }

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -314,31 +312,12 @@ func (b *Breaker) trip() {
 	b.open.Store(true)
 }
 
-// availabilityReplies are the prefixes of Redis error replies that mean the
-// server cannot serve anyone right now (as opposed to an error of one key).
-var availabilityReplies = []string{
-	"LOADING", "OOM", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
-	"NOREPLICAS", "BUSY", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM",
-	"max number of clients",
-}
-
 // availabilityFailure reports whether a store error says the store is
-// unavailable (counted by the breaker) rather than that one key or request is
-// bad. Unknown errors — of custom stores, or of the network — count: a
-// breaker that opens on a new kind of outage is safer than one that does not.
+// unavailable (counted by the breaker) rather than that one key or request
+// is bad (store.ErrRejected, an invalid strategy). Errors that wrap neither
+// class — of custom stores, or of the network — count: a breaker that opens
+// on a new kind of outage is safer than one that does not.
 func availabilityFailure(err error) bool {
-	if errors.Is(err, store.ErrWrongType) || errors.Is(err, store.ErrBadReply) ||
-		errors.Is(err, algorithm.ErrInvalidStrategy) || errors.Is(err, algorithm.ErrStateType) {
-		return false
-	}
-	var reply redis.Error
-	if errors.As(err, &reply) {
-		for _, prefix := range availabilityReplies {
-			if redis.HasErrorPrefix(reply, prefix) {
-				return true
-			}
-		}
-		return false
-	}
-	return true
+	return !errors.Is(err, store.ErrRejected) &&
+		!errors.Is(err, algorithm.ErrInvalidStrategy) && !errors.Is(err, algorithm.ErrStateType)
 }

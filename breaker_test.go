@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,41 +14,10 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/spy"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
-
-// countingStore counts the decisions that reach a real store: instrumentation
-// to show that an open breaker does not call the store at all.
-type countingStore struct {
-	store.Store
-	calls atomic.Int64
-}
-
-func (c *countingStore) Decide(ctx context.Context, req store.Request) (algorithm.Decision, error) {
-	c.calls.Add(1)
-	return c.Store.Decide(ctx, req)
-}
-
-// recorder is an Observer that keeps every event.
-type recorder struct {
-	mu     sync.Mutex
-	events []fleetlimit.Event
-}
-
-func (r *recorder) Observe(e fleetlimit.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
-// take returns the events since the last take.
-func (r *recorder) take() []fleetlimit.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ev := r.events
-	r.events = nil
-	return ev
-}
 
 // slowMachine is the timeout of tests whose healthy store must answer: far
 // above a round trip, so that a loaded CI machine cannot fail them; tests of
@@ -98,10 +65,10 @@ func TestNewBreakerRejectsBadConfig(t *testing.T) {
 // cool-down — once Redis answers again.
 func TestBreakerCycle(t *testing.T) {
 	mr, c := redistest.Mini(t)
-	st := &countingStore{Store: store.NewRedis(c)}
+	st := &spy.Store{Store: stores.Redis(t, c)}
 	clk := fakeclock.New(t0)
 	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 3, CoolDown: 100 * time.Millisecond, MaxCoolDown: 400 * time.Millisecond, Clock: clk.Now})
-	rec := &recorder{}
+	rec := &spy.Observer{}
 	l, err := fleetlimit.New(algorithm.SlidingWindowLog(1000, time.Minute), st,
 		fleetlimit.WithBreaker(b), fleetlimit.WithObserver(rec), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed),
 		fleetlimit.WithTimeout(slowMachine))
@@ -111,9 +78,9 @@ func TestBreakerCycle(t *testing.T) {
 	// whether it answered.
 	allow := func(step string) (called bool, err error) {
 		t.Helper()
-		before := st.calls.Load()
+		before := st.Calls.Load()
 		_, err = l.Allow(bg, "u")
-		return st.calls.Load() > before, err
+		return st.Calls.Load() > before, err
 	}
 	requireStoreOK := func(step string) {
 		t.Helper()
@@ -150,7 +117,7 @@ func TestBreakerCycle(t *testing.T) {
 
 	// The observer saw 3 store failures then 5 short-circuited decisions,
 	// all decided by the policy (fail-closed: denied).
-	ev := rec.take()
+	ev := rec.Take()
 	require.Len(t, ev, 9)
 	for i, e := range ev[1:] {
 		require.True(t, e.Degraded(), "event %d", i)
@@ -197,7 +164,7 @@ func TestBreakerCycle(t *testing.T) {
 // cancelled context, leave the breaker closed however many there are.
 func TestBreakerIgnoresPerKeyErrors(t *testing.T) {
 	mr, c := redistest.Mini(t)
-	st := &countingStore{Store: store.NewRedis(c)}
+	st := &spy.Store{Store: stores.Redis(t, c)}
 	l, err := fleetlimit.New(algorithm.SlidingWindowLog(10, time.Minute), st, fleetlimit.WithTimeout(slowMachine),
 		fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 2})))
 	require.NoError(t, err)
@@ -212,7 +179,7 @@ func TestBreakerIgnoresPerKeyErrors(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 	}
 	require.Equal(t, fleetlimit.BreakerClosed, l.Breaker().State())
-	require.EqualValues(t, 5, st.calls.Load(), "every per-key error reached the store (cancelled calls never do)")
+	require.EqualValues(t, 5, st.Calls.Load(), "every per-key error reached the store (cancelled calls never do)")
 	_, err = l.Allow(bg, "good")
 	require.NoError(t, err)
 
@@ -246,9 +213,9 @@ func TestBreakerIgnoresPerKeyErrors(t *testing.T) {
 // Half-open lets one probe through at a time: while a probe waits on a hung
 // Redis, every other decision returns at once without calling the store.
 func TestBreakerOneProbeAtATime(t *testing.T) {
-	cl := redis.NewClient(&redis.Options{Addr: hungAddr(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute, DialTimeout: time.Minute, MaxRetries: -1})
+	cl := redis.NewClient(&redis.Options{Addr: redistest.HungAddr(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute, DialTimeout: time.Minute, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = cl.Close() })
-	st := &countingStore{Store: store.NewRedis(cl)}
+	st := &spy.Store{Store: stores.Redis(t, cl)}
 	clk := fakeclock.New(t0)
 	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: clk.Now})
 	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st,
@@ -265,7 +232,7 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 		_, err := l.Allow(bg, "u")
 		probeDone <- err
 	}()
-	for st.calls.Load() < 2 {
+	for st.Calls.Load() < 2 {
 		select {
 		case err := <-probeDone:
 			t.Fatalf("the probe ended before reaching the store: %v", err)
@@ -278,7 +245,7 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 		_, err := l.Allow(bg, "u")
 		require.ErrorIs(t, err, fleetlimit.ErrCircuitOpen)
 	}
-	require.EqualValues(t, 2, st.calls.Load(), "only the probe reached the store")
+	require.EqualValues(t, 2, st.Calls.Load(), "only the probe reached the store")
 	err = <-probeDone
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, fleetlimit.ErrCircuitOpen)
@@ -289,7 +256,7 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 // login limiter's failures spare the API limiter its timeouts.
 func TestBreakerShared(t *testing.T) {
 	mr, c := redistest.Mini(t)
-	st := &countingStore{Store: store.NewRedis(c)}
+	st := &spy.Store{Store: stores.Redis(t, c)}
 	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 3})
 	login, err := fleetlimit.New(algorithm.SlidingWindowLog(5, time.Minute), st, fleetlimit.WithBreaker(b), fleetlimit.WithName("login"))
 	require.NoError(t, err)
@@ -300,11 +267,11 @@ func TestBreakerShared(t *testing.T) {
 		_, err := login.Allow(bg, "u")
 		require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable)
 	}
-	calls := st.calls.Load()
+	calls := st.Calls.Load()
 	res, err := api.Allow(bg, "u")
 	require.ErrorIs(t, err, fleetlimit.ErrCircuitOpen, "the API limiter never called the dead store")
 	require.True(t, res.Allowed, "fail-open")
-	require.Equal(t, calls, st.calls.Load())
+	require.Equal(t, calls, st.Calls.Load())
 	require.Same(t, api.Breaker(), login.Breaker())
 }
 

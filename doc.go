@@ -12,8 +12,9 @@
 // A Limiter is one algorithm (package algorithm) over one store (package
 // store):
 //
-//	login, _ := fleetlimit.New(algorithm.SlidingWindowLog(5, time.Minute), store.NewRedis(rdb))
-//	api, _ := fleetlimit.New(algorithm.TokenBucket(100, time.Second, 200), store.NewRedis(rdb))
+//	shared, err := store.NewRedis(rdb) // rdb built with ContextTimeoutEnabled
+//	login, err := fleetlimit.New(algorithm.SlidingWindowLog(5, time.Minute), shared, fleetlimit.WithName("login"))
+//	api, err := fleetlimit.New(algorithm.TokenBucket(100, time.Second, 200), shared, fleetlimit.WithName("api"))
 //	res, err := login.Allow(ctx, clientIP)
 //
 // Choose the algorithm per endpoint: the sliding-window log is exact and its
@@ -21,11 +22,10 @@
 // allows bursts up to its capacity; the fixed window is the naive counter,
 // kept so that its boundary burst can be measured.
 //
-// Middleware puts a Limiter in front of any net/http handler, keyed by a
-// KeyFunc (KeyByHeader, KeyByClientIP behind trusted proxies, KeyJoin), and
-// answers with X-RateLimit-* headers, the IETF draft RateLimit and
-// RateLimit-Policy fields, 429 with Retry-After when denied, and 503 when a
-// fail-closed limiter's store is down.
+// This package knows neither HTTP nor Redis: adapters sit on top of its
+// exported API (package httplimit puts a Limiter in front of any net/http
+// handler), and stores below it (package store: Redis through go-redis, and
+// in-process memory).
 //
 // Time is read at the edge: by default inside Redis (its TIME), so clock skew
 // between app servers cannot bend a limit; WithClock supplies a clock instead

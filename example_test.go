@@ -24,7 +24,10 @@ func Example() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	shared := store.NewRedis(rdb)
+	shared, err := store.NewRedis(rdb) // the client must have ContextTimeoutEnabled
+	if err != nil {
+		panic(err)
+	}
 
 	login, err := fleetlimit.New(algorithm.SlidingWindowLog(3, time.Minute), shared,
 		fleetlimit.WithName("login"), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))

@@ -10,6 +10,8 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/spy"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -41,8 +43,8 @@ func TestFallbackBoundsFailOpen(t *testing.T) {
 		mr, c := redistest.Mini(t)
 		fb := store.NewMemory()
 		t.Cleanup(func() { _ = fb.Close() })
-		rec := &recorder{}
-		l, err := fleetlimit.New(algorithm.SlidingWindowLog(8, time.Minute), store.NewRedis(c),
+		rec := &spy.Observer{}
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(8, time.Minute), stores.Redis(t, c),
 			fleetlimit.WithFailurePolicy(policy), fleetlimit.WithFallback(fb, 4), fleetlimit.WithObserver(rec),
 			fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithTimeout(time.Second),
 			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(t0)})))
@@ -64,7 +66,7 @@ func TestFallbackBoundsFailOpen(t *testing.T) {
 			require.Equal(t, i > 0, errors.Is(err, fleetlimit.ErrCircuitOpen), "%v request %d: the first failure opens the breaker", policy, i)
 			require.Equal(t, w, res, "%v request %d: 8 per minute over 4 instances is 2 per instance", policy, i)
 		}
-		ev := rec.take()[1:]
+		ev := rec.Take()[1:]
 		require.Len(t, ev, 4)
 		for i, e := range ev {
 			require.Equal(t, fleetlimit.DecidedByFallback, e.DecidedBy, "%v event %d", policy, i)

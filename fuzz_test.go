@@ -17,6 +17,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -50,7 +51,7 @@ func FuzzAllowN(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lr, err := fleetlimit.New(s, store.NewRedis(client), fleetlimit.WithClock(fuzzNow), fleetlimit.WithTimeout(propTimeout))
+		lr, err := fleetlimit.New(s, stores.Redis(t, client), fleetlimit.WithClock(fuzzNow), fleetlimit.WithTimeout(propTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +153,7 @@ func FuzzStrategyConfig(f *testing.F) {
 	}
 	reg := algorithm.Registry()
 	_, client := redistest.Mini(f)
-	rs := store.NewRedis(client)
+	rs := stores.Redis(f, client)
 	f.Fuzz(func(t *testing.T, kind uint8, a, b, d int64) {
 		var s algorithm.Strategy
 		switch k := int(kind) % (3 + len(reg)); k {
@@ -191,14 +192,14 @@ func FuzzStrategyConfig(f *testing.F) {
 			t.Fatal(err)
 		}
 		// Small costs only, or above the limit: a sliding log writes one
-		// Redis member per admitted unit. Times stop at fleetlimit.MaxTime
+		// Redis member per admitted unit. Times stop at fleetlimit.MaxTime()
 		// (a token bucket may take centuries to fill).
 		limit, w := s.Limit(), s.Window()
 		later := func(d time.Duration) time.Time {
-			if t := fuzzNow().Add(d); t.Before(fleetlimit.MaxTime) {
+			if t := fuzzNow().Add(d); t.Before(fleetlimit.MaxTime()) {
 				return t
 			}
-			return fleetlimit.MaxTime
+			return fleetlimit.MaxTime()
 		}
 		probes := []propEvent{
 			{At: fuzzNow(), N: 1},
@@ -240,7 +241,7 @@ func FuzzKeyPrefix(f *testing.F) {
 	s := algorithm.FixedWindow(3, time.Minute)
 	f.Fuzz(func(t *testing.T, prefix string) {
 		m.FlushAll()
-		lim, err := fleetlimit.New(s, store.NewRedis(client), fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithClock(fuzzNow), fleetlimit.WithTimeout(propTimeout))
+		lim, err := fleetlimit.New(s, stores.Redis(t, client), fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithClock(fuzzNow), fleetlimit.WithTimeout(propTimeout))
 		bad := strings.ContainsAny(prefix, "{}") || len(prefix) > store.MaxKeyLen
 		if bad {
 			if !errors.Is(err, fleetlimit.ErrInvalidConfig) {

@@ -31,9 +31,13 @@ var (
 	ErrClockOutOfRange = errors.New("fleetlimit: clock out of range")
 )
 
-// MaxTime is the latest clock reading a Limiter accepts: beyond it, times
-// plus windows would leave the 2^53 microseconds that Lua holds exactly.
-var MaxTime = time.UnixMicro(algorithm.MaxInt - 2*int64(algorithm.MaxWindow/time.Microsecond))
+// maxTimeMicros is MaxTime in microseconds since the Unix epoch.
+const maxTimeMicros = algorithm.MaxInt - 2*int64(algorithm.MaxWindow/time.Microsecond)
+
+// MaxTime returns the latest clock reading a Limiter accepts (in the year
+// 2255): beyond it, times plus windows would leave the 2^53 microseconds
+// that Lua holds exactly.
+func MaxTime() time.Time { return time.UnixMicro(maxTimeMicros) }
 
 // Result is the outcome of one decision.
 type Result struct {
@@ -184,25 +188,21 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // The Observer (WithObserver), if any, is told about every decision before
 // AllowN returns.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	return l.allowN(ctx, key, n, "")
-}
-
-// allowN is AllowN, reporting route to the observer.
-func (l *Limiter) allowN(ctx context.Context, key string, n int64, route string) (Result, error) {
 	if l.cfg.observer != nil {
-		return l.observed(ctx, key, n, route)
+		return l.observed(ctx, key, n)
 	}
 	res, _, err := l.decide(ctx, key, n)
 	return res, err
 }
 
 // observed makes a decision and tells the observer about it.
-func (l *Limiter) observed(ctx context.Context, key string, n int64, route string) (Result, error) {
+func (l *Limiter) observed(ctx context.Context, key string, n int64) (Result, error) {
 	start := time.Now()
 	res, o, err := l.decide(ctx, key, n)
 	if !o.invalid() {
+		route, _ := ctx.Value(routeKey{}).(string)
 		l.cfg.observer.Observe(Event{
-			Endpoint:    l.cfg.name,
+			Name:        l.cfg.name,
 			Route:       route,
 			Algorithm:   l.strategy.Name(),
 			Key:         key,
@@ -323,8 +323,8 @@ func (l *Limiter) request(key string, n int64) (store.Request, error) {
 	}
 	if l.cfg.clock != nil {
 		now := l.cfg.clock()
-		if now.UnixMicro() < 0 || now.After(MaxTime) {
-			return store.Request{}, fmt.Errorf("%w: %v is outside 1970-01-01 to %v", ErrClockOutOfRange, now, MaxTime)
+		if us := now.UnixMicro(); us < 0 || us > maxTimeMicros {
+			return store.Request{}, fmt.Errorf("%w: %v is outside 1970-01-01 to %v", ErrClockOutOfRange, now, MaxTime())
 		}
 		req.Now = now
 	}

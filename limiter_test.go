@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -24,22 +24,6 @@ var bg = context.Background()
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
-
-// stores returns every store the limiter is tested on, each fresh.
-func stores(t *testing.T) map[string]store.Store {
-	_, mini := redistest.Mini(t)
-	all := map[string]store.Store{
-		"memory":    store.NewMemory(),
-		"miniredis": store.NewRedis(mini),
-		"redis":     store.NewRedis(redistest.Real(t)),
-	}
-	t.Cleanup(func() {
-		for _, s := range all {
-			_ = s.Close()
-		}
-	})
-	return all
-}
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	mem := store.NewMemory()
@@ -87,7 +71,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // Bad input is an error and records nothing: the key still admits its full
 // limit afterwards.
 func TestBadInputRecordsNothing(t *testing.T) {
-	for name, st := range stores(t) {
+	for name, st := range stores.All(t) {
 		for _, e := range algorithm.Registry() {
 			l, err := fleetlimit.New(e.New(2, time.Minute), st, fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithKeyPrefix(redistest.Prefix()))
 			require.NoError(t, err)
@@ -118,7 +102,7 @@ func TestBadInputRecordsNothing(t *testing.T) {
 // n above the limit is a plain denial, not an error, and does not spoil the
 // key.
 func TestCostAboveLimitIsPlainDenial(t *testing.T) {
-	for name, st := range stores(t) {
+	for name, st := range stores.All(t) {
 		for _, e := range algorithm.Registry() {
 			l, err := fleetlimit.New(e.New(5, time.Minute), st, fleetlimit.WithClock(fixedClock(t0.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()))
 			require.NoError(t, err)
@@ -136,7 +120,7 @@ func TestCostAboveLimitIsPlainDenial(t *testing.T) {
 func TestClockOutOfRange(t *testing.T) {
 	mem := store.NewMemory()
 	defer mem.Close()
-	for _, at := range []time.Time{{}, time.Unix(-1, 0), fleetlimit.MaxTime.Add(time.Microsecond)} {
+	for _, at := range []time.Time{{}, time.Unix(-1, 0), fleetlimit.MaxTime().Add(time.Microsecond)} {
 		l, err := fleetlimit.New(algorithm.FixedWindow(1, time.Minute), mem, fleetlimit.WithClock(fixedClock(at)))
 		require.NoError(t, err)
 		_, err = l.Allow(bg, "u")
@@ -150,7 +134,7 @@ func TestLimitersShareAStore(t *testing.T) {
 	c := redistest.Real(t)
 	p := redistest.Prefix()
 	mk := func(s algorithm.Strategy, prefix string) *fleetlimit.Limiter {
-		l, err := fleetlimit.New(s, store.NewRedis(redis.NewClient(&redis.Options{Addr: c.Options().Addr})), fleetlimit.WithKeyPrefix(prefix))
+		l, err := fleetlimit.New(s, stores.Redis(t, redis.NewClient(&redis.Options{Addr: c.Options().Addr, ContextTimeoutEnabled: true})), fleetlimit.WithKeyPrefix(prefix))
 		require.NoError(t, err)
 		return l
 	}
@@ -177,34 +161,6 @@ func TestLimitersShareAStore(t *testing.T) {
 	}
 }
 
-// hungAddr is a listener that accepts connections and never answers.
-func hungAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // closedAddr is an address nothing listens on: connections are refused.
 func closedAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -221,15 +177,19 @@ func TestFailurePolicy(t *testing.T) {
 	closed := store.NewMemory()
 	require.NoError(t, closed.Close())
 	client := func(addr string) store.Store {
-		c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, DialTimeout: time.Minute, MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, DialTimeout: time.Minute, MaxRetries: -1, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
-		return store.NewRedis(c)
+		return stores.Redis(t, c)
 	}
 	failing := map[string]store.Store{
-		"closed store":  closed,
-		"refused":       client(closedAddr(t)),
-		"hung":          client(hungAddr(t)),
-		"closed client": store.NewRedis(func() *redis.Client { c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}); c.Close(); return c }()),
+		"closed store": closed,
+		"refused":      client(closedAddr(t)),
+		"hung":         client(redistest.HungAddr(t)),
+		"closed client": stores.Redis(t, func() *redis.Client {
+			c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+			c.Close()
+			return c
+		}()),
 	}
 	for name, st := range failing {
 		open, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(50*time.Millisecond))
@@ -249,7 +209,7 @@ func TestFailurePolicy(t *testing.T) {
 // A caller's cancelled context is reported as such, not as a store outage,
 // is denied under either policy, and records nothing.
 func TestCancelledContext(t *testing.T) {
-	for name, st := range stores(t) {
+	for name, st := range stores.All(t) {
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()))
 		require.NoError(t, err)
 		require.Equal(t, fleetlimit.FailOpen, l.Policy())
@@ -268,7 +228,7 @@ func TestCancelledContext(t *testing.T) {
 // With the default clock a Redis store judges time by the server's TIME; the
 // result is the same limit with no clock configured anywhere.
 func TestDefaultServerClock(t *testing.T) {
-	for name, st := range stores(t) {
+	for name, st := range stores.All(t) {
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(3, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()))
 		require.NoError(t, err)
 		var got []bool
@@ -304,9 +264,9 @@ func TestAccessors(t *testing.T) {
 // deadline is longer than the limiter's timeout is decided by the policy and
 // counted, as any timeout.
 func TestCallerDeadlines(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: hungAddr(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: redistest.HungAddr(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	st := store.NewRedis(c)
+	st := stores.Redis(t, c)
 	defer st.Close()
 	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(200*time.Millisecond))
 	require.NoError(t, err)
@@ -336,7 +296,7 @@ func TestCallerDeadlines(t *testing.T) {
 // endpoints of the same algorithm with different limits never read each
 // other's — while limiters of one name share it, as a fleet's instances do.
 func TestNamesSeparateState(t *testing.T) {
-	for name, st := range stores(t) {
+	for name, st := range stores.All(t) {
 		mk := func(s algorithm.Strategy, opts ...fleetlimit.Option) *fleetlimit.Limiter {
 			l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{fleetlimit.WithClock(fixedClock(t0.Add(time.Second)))}, opts...)...)
 			require.NoError(t, err)

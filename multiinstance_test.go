@@ -133,6 +133,15 @@ func realTimeLimiter(s algorithm.Strategy, st store.Store, prefix string) (*flee
 		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
 }
 
+// realTimeRedisLimiter is realTimeLimiter over a Redis store on c.
+func realTimeRedisLimiter(s algorithm.Strategy, c redis.UniversalClient, prefix string) (*fleetlimit.Limiter, error) {
+	st, err := store.NewRedis(c)
+	if err != nil {
+		return nil, err
+	}
+	return realTimeLimiter(s, st, prefix)
+}
+
 // TestPropertyMultiInstanceSharedRedis: K = 1..16 limiter instances, each
 // with its own Redis client, over one Redis (miniredis, the real server, the
 // real 3-master Redis Cluster),
@@ -194,7 +203,7 @@ func checkSharedRedis(dial func() redis.UniversalClient, e algorithm.Entry, f fl
 	prefix := redistest.Prefix()
 	lims := make([]*fleetlimit.Limiter, f.K)
 	for i := range lims {
-		if lims[i], err = realTimeLimiter(s, store.NewRedis(clients[i]), prefix); err != nil {
+		if lims[i], err = realTimeRedisLimiter(s, clients[i], prefix); err != nil {
 			return "", err
 		}
 	}
@@ -223,7 +232,7 @@ func checkSharedRedis(dial func() redis.UniversalClient, e algorithm.Entry, f fl
 	}
 
 	// One instance, the same requests in that order.
-	one, err := realTimeLimiter(s, store.NewRedis(clients[f.K]), redistest.Prefix())
+	one, err := realTimeRedisLimiter(s, clients[f.K], redistest.Prefix())
 	if err != nil {
 		return "", err
 	}
@@ -242,7 +251,7 @@ func checkSharedRedis(dial func() redis.UniversalClient, e algorithm.Entry, f fl
 	total := admittedCost(f.Costs, res)
 	if f.Uniform {
 		// One instance, the same requests in arrival order.
-		one, err := realTimeLimiter(s, store.NewRedis(clients[f.K]), redistest.Prefix())
+		one, err := realTimeRedisLimiter(s, clients[f.K], redistest.Prefix())
 		if err != nil {
 			return "", err
 		}

@@ -1,6 +1,7 @@
 package fleetlimit
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -27,12 +28,12 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 
 // Event describes one decision.
 type Event struct {
-	// Endpoint is the limiter's name (WithName; default the strategy's
-	// name): the endpoint a per-endpoint limiter guards.
-	Endpoint string
-	// Route is the HTTP route when the decision was made by Middleware:
-	// WithRoute, or else the ServeMux pattern that matched the request.
-	// Empty for direct AllowN calls.
+	// Name is the limiter's name (WithName; default the strategy's name):
+	// the endpoint a per-endpoint limiter guards.
+	Name string
+	// Route is the route the decision was made for, as ContextWithRoute put
+	// it in the call's context: an HTTP route or a gRPC method when an
+	// adapter (package httplimit) made the call; empty otherwise.
 	Route string
 	// Algorithm is the strategy's name, e.g. "token_bucket".
 	Algorithm string
@@ -62,6 +63,16 @@ type Event struct {
 	// CircuitOpen reports that the circuit breaker kept the store out of
 	// this decision: the store was not called.
 	CircuitOpen bool
+}
+
+// routeKey is the context key of ContextWithRoute.
+type routeKey struct{}
+
+// ContextWithRoute returns a copy of ctx that names the route a decision is
+// made for: the Observer sees it as Event.Route. Adapters set it (package
+// httplimit sets the ServeMux pattern); the decision itself ignores it.
+func ContextWithRoute(ctx context.Context, route string) context.Context {
+	return context.WithValue(ctx, routeKey{}, route)
 }
 
 // Degraded reports whether the store did not make this decision.

@@ -13,14 +13,16 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/spy"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // Every decision reaches the observer with what it was about; bad input is
 // not a decision and does not.
 func TestObserverSeesEveryDecision(t *testing.T) {
-	for name, st := range stores(t) {
-		rec := &recorder{}
+	for name, st := range stores.All(t) {
+		rec := &spy.Observer{}
 		l, err := fleetlimit.New(algorithm.FixedWindow(3, time.Minute), st, fleetlimit.WithName("search"),
 			fleetlimit.WithObserver(rec), fleetlimit.WithClock(fixedClock(t0.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()),
 			fleetlimit.WithTimeout(slowMachine))
@@ -34,10 +36,10 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 		_, err = l.AllowN(bg, "alice", 0)
 		require.ErrorIs(t, err, fleetlimit.ErrInvalidCost)
 
-		ev := rec.take()
+		ev := rec.Take()
 		require.Len(t, ev, 2, "%s: two decisions, two bad calls not observed", name)
 		for i, e := range ev {
-			require.Equal(t, "search", e.Endpoint, name)
+			require.Equal(t, "search", e.Name, name)
 			require.Equal(t, "fixed_window", e.Algorithm)
 			require.Equal(t, "alice", e.Key)
 			require.Equal(t, int64(2), e.N)
@@ -85,7 +87,7 @@ func TestSlogObserver(t *testing.T) {
 		require.Len(t, records, len(wantLevels))
 		for i, r := range records {
 			require.Equal(t, wantLevels[i], r["level"])
-			require.Equal(t, "login", r["endpoint"])
+			require.Equal(t, "login", r["name"])
 			require.Equal(t, "sliding_window_log", r["algorithm"])
 			require.Equal(t, "203.0.113.7", r["key"])
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -140,10 +141,10 @@ func propBackends(t *testing.T, names ...string) []propBackend {
 			bs = append(bs, propBackend{name: name, store: propMemory(t), cases: memoryCases})
 		case "miniredis":
 			_, c := redistest.Mini(t)
-			bs = append(bs, propBackend{name: name, redis: true, store: store.NewRedis(c), cases: miniCases})
+			bs = append(bs, propBackend{name: name, redis: true, store: stores.Redis(t, c), cases: miniCases})
 		case "redis":
 			c := redistest.Real(t)
-			bs = append(bs, propBackend{name: name, real: true, redis: true, store: store.NewRedis(c), cases: realCases})
+			bs = append(bs, propBackend{name: name, real: true, redis: true, store: stores.Redis(t, c), cases: realCases})
 		default:
 			t.Fatalf("unknown backend %q", name)
 		}

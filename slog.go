@@ -8,7 +8,8 @@ import (
 // SlogObserver returns an Observer that logs decisions to logger (nil:
 // slog.Default()): degraded decisions at Warn, with the error, the policy,
 // who decided and whether the breaker was open; denials at Info; admissions
-// at Debug. Each record carries endpoint, route (when set), algorithm, key,
+// at Debug; a caller gone before its decision (DecidedByCaller) at Info.
+// Each record carries name, route (when set), algorithm, key,
 // n, allowed, remaining and latency. Levels the logger does not enable cost
 // one Enabled call and no allocation.
 //
@@ -26,6 +27,8 @@ type slogObserver struct{ log *slog.Logger }
 func (o slogObserver) Observe(e Event) {
 	level, msg := slog.LevelDebug, "rate limit: admitted"
 	switch {
+	case e.DecidedBy == DecidedByCaller:
+		level, msg = slog.LevelInfo, "rate limit: caller gone, denied"
 	case e.Degraded():
 		level, msg = slog.LevelWarn, "rate limit: degraded decision, store unavailable"
 	case !e.Allowed:
@@ -36,7 +39,7 @@ func (o slogObserver) Observe(e Event) {
 		return
 	}
 	attrs := make([]slog.Attr, 0, 13)
-	attrs = append(attrs, slog.String("endpoint", e.Endpoint))
+	attrs = append(attrs, slog.String("name", e.Name))
 	if e.Route != "" {
 		attrs = append(attrs, slog.String("route", e.Route))
 	}

@@ -92,12 +92,16 @@ func Example_customStrategy() {
 		panic(err)
 	}
 	defer mr.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
+	shared, err := store.NewRedis(rdb)
+	if err != nil {
+		panic(err)
+	}
 
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	for _, st := range []store.Store{store.NewMemory(), store.NewRedis(rdb)} {
+	for _, st := range []store.Store{store.NewMemory(), shared} {
 		l, err := fleetlimit.New(cooldown{interval: 10 * time.Second}, st, fleetlimit.WithClock(clock))
 		if err != nil {
 			panic(err)

@@ -14,7 +14,6 @@ package faults_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -57,7 +57,7 @@ func newLimiter(t testing.TB, s algorithm.Strategy, st store.Store, opts ...flee
 
 // redisStore is a Redis store over c, closed when the test ends.
 func redisStore(t testing.TB, c redis.UniversalClient) *store.Redis {
-	s := store.NewRedis(c)
+	s := stores.Redis(t, c)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -114,13 +114,6 @@ func requireDegraded(t testing.TB, o outcome, l *fleetlimit.Limiter, timeout tim
 	require.ErrorIs(t, o.err, fleetlimit.ErrStoreUnavailable, msg)
 	require.Equal(t, degraded(l.Policy(), l.Strategy().Limit()), o.res, "%s: %s decides", msg, l.Policy())
 	require.Less(t, o.took, timeout+hangGuard, "%s: hung past the timeout", msg)
-}
-
-// requireTimedOut asserts that o is a decision cut off by its timeout.
-func requireTimedOut(t testing.TB, o outcome, l *fleetlimit.Limiter, timeout time.Duration, msg string) {
-	t.Helper()
-	requireDegraded(t, o, l, timeout, msg)
-	require.True(t, errors.Is(o.err, context.DeadlineExceeded), "%s: want a deadline error, got %v", msg, o.err)
 }
 
 // count makes tries calls on key and returns how many were admitted,

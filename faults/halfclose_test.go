@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/httplimit"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -42,7 +43,7 @@ func TestClientGoneIsNeverAdmitted(t *testing.T) {
 						ran.Add(1)
 						_, _ = io.WriteString(w, "logged in\n")
 					})
-					srv := httptest.NewServer(fleetlimit.Middleware(l, fleetlimit.KeyByHeader("X-User"))(handler))
+					srv := httptest.NewServer(httplimit.Middleware(l, httplimit.KeyByHeader("X-User"))(handler))
 					t.Cleanup(srv.Close)
 
 					const clients, requests = 16, 200
@@ -69,7 +70,7 @@ func TestClientGoneIsNeverAdmitted(t *testing.T) {
 					require.LessOrEqual(t, ran.Load(), int64(5), "the handler ran past the limit")
 					require.LessOrEqual(t, statuses[http.StatusOK], 5, "clients read 200 past the limit")
 					for status := range statuses {
-						require.Contains(t, []int{0, http.StatusOK, http.StatusTooManyRequests, fleetlimit.StatusClientClosedRequest}, status)
+						require.Contains(t, []int{0, http.StatusOK, http.StatusTooManyRequests, httplimit.StatusClientClosedRequest}, status)
 					}
 				})
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -68,7 +69,7 @@ func runKillRestart(t *testing.T, srv *redistest.Server) {
 	p := redistest.Prefix()
 	for range 2 { // two instances: a client and a store each
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		st := store.NewRedis(c)
+		st := stores.Redis(t, c)
 		defer func() { _ = st.Close(); _ = c.Close() }()
 		for _, policy := range policies {
 			limiters = append(limiters, newLimiter(t, algorithm.TokenBucket(1_000_000, time.Second, 1_000_000), st,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -62,7 +63,7 @@ func BenchmarkRedisDecide(b *testing.B) {
 	for _, s := range benchStrategies() {
 		for _, inflight := range []int{0, 1, 2, 4, 8} {
 			b.Run(s.Name()+"/inflight="+strconv.Itoa(inflight), func(b *testing.B) {
-				benchRedis(b, store.NewRedis(c, store.WithMaxInFlight(inflight)), s)
+				benchRedis(b, stores.Redis(b, c, store.WithMaxInFlight(inflight)), s)
 			})
 		}
 	}
@@ -90,7 +91,7 @@ func BenchmarkRedisDecideSerial(b *testing.B) {
 	c := redistest.Real(b)
 	for _, s := range benchStrategies() {
 		b.Run(s.Name(), func(b *testing.B) {
-			r := store.NewRedis(c)
+			r := stores.Redis(b, c)
 			prefix := redistest.Prefix()
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 	"github.com/fleetlimit/fleetlimit/store/storetest"
 )
@@ -15,7 +16,7 @@ import (
 // The conformance suite on a real 3-master Redis Cluster, through
 // redis.NewClusterClient.
 func TestRedisClusterConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return store.NewRedis(redistest.Cluster(t)) })
+	storetest.Run(t, func(t *testing.T) store.Store { return stores.Redis(t, redistest.Cluster(t)) })
 }
 
 // Keys with braces of their own never raise CROSSSLOT or land in a slot
@@ -24,7 +25,7 @@ func TestRedisClusterConformance(t *testing.T) {
 // as the escaped user key. 60 plain keys spread over all three masters.
 func TestRedisClusterBraceKeys(t *testing.T) {
 	c := redistest.Cluster(t)
-	s := store.NewRedis(c)
+	s := stores.Redis(t, c)
 	defer s.Close()
 	p := redistest.Prefix()
 	keys := []string{"{a}", "}{", "{}", "{", "}", "a{b}c", "{a}b", "}}{{", "%7B", "{user:1}:x"}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 	"github.com/fleetlimit/fleetlimit/store/storetest"
 )
@@ -117,6 +118,6 @@ func TestStrategyWithoutScript(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	_, c := redistest.Mini(t)
-	_, err = store.NewRedis(c).Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: "u", N: 1, Now: storetest.T0})
+	_, err = stores.Redis(t, c).Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: "u", N: 1, Now: storetest.T0})
 	require.ErrorIs(t, err, algorithm.ErrInvalidStrategy)
 }

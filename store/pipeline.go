@@ -180,11 +180,7 @@ func (r *Redis) runBatch(ctx context.Context, batch []*call) ([]any, []error) {
 	pipe := r.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
-		if r.evalOnly {
-			cmds[i] = pipe.Eval(ctx, c.script.Source, c.keys, c.args...)
-		} else {
-			cmds[i] = pipe.EvalSha(ctx, c.script.SHA1, c.keys, c.args...)
-		}
+		cmds[i] = pipe.EvalSha(ctx, c.script.SHA1, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 	var retry []int

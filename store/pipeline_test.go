@@ -61,7 +61,7 @@ func TestPipelineBatchesAndStaysExact(t *testing.T) {
 	c := redistest.Real(t)
 	hook := &pipelineCounter{}
 	c.AddHook(hook)
-	r := NewRedis(c, WithMaxInFlight(1))
+	r := newRedis(t, c, WithMaxInFlight(1))
 	s := algorithm.SlidingWindowLog(500, time.Hour)
 	prefix := redistest.Prefix()
 	require.Equal(t, int64(4*320), hammer(t, r, s, prefix), "64*20 requests on 4 keys of limit 500: all 1280 admitted")
@@ -99,7 +99,7 @@ func hammer(t *testing.T, r *Redis, s algorithm.Strategy, prefix string) int64 {
 // caller sees NOSCRIPT.
 func TestPipelineNoScript(t *testing.T) {
 	c := redistest.Real(t)
-	r := NewRedis(c, WithMaxInFlight(1))
+	r := newRedis(t, c, WithMaxInFlight(1))
 	prefix := redistest.Prefix()
 	for round := range 3 {
 		require.NoError(t, c.ScriptFlush(context.Background()).Err())
@@ -125,7 +125,7 @@ func TestPipelineNoScript(t *testing.T) {
 func TestPipelineAbandonment(t *testing.T) {
 	srv := redistest.StartServer(t, "--enable-debug-command", "yes")
 	c := srv.Client()
-	r := NewRedis(c, WithMaxInFlight(1))
+	r := newRedis(t, c, WithMaxInFlight(1))
 	s := algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)
 	sleeper := srv.Client()
 	slept := make(chan error, 1)
@@ -181,7 +181,7 @@ func isTimeout(err error) bool {
 func TestPipelineCallersKeepTheirOwnDeadlines(t *testing.T) {
 	srv := redistest.StartServer(t, "--enable-debug-command", "yes")
 	c := srv.Client()
-	r := NewRedis(c, WithMaxInFlight(1))
+	r := newRedis(t, c, WithMaxInFlight(1))
 	s := algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)
 	slept := make(chan error, 1)
 	go func() { slept <- srv.Client().Do(context.Background(), "DEBUG", "SLEEP", "1.5").Err() }()
@@ -226,4 +226,12 @@ func TestPipelineCallersKeepTheirOwnDeadlines(t *testing.T) {
 	require.NoError(t, (<-none).err, "no deadline of its own: not cut off by another caller's")
 	require.NoError(t, <-slept)
 	require.Eventually(t, r.combine.idle, 5*time.Second, time.Millisecond)
+}
+
+// newRedis is NewRedis, failing the test on error.
+func newRedis(t *testing.T, c redis.UniversalClient, opts ...RedisOption) *Redis {
+	t.Helper()
+	r, err := NewRedis(c, opts...)
+	require.NoError(t, err)
+	return r
 }

@@ -31,28 +31,19 @@ var _ Store = (*Redis)(nil)
 // Time: a Request without Now is judged at the Redis server's TIME, read
 // inside the script, so clock skew between app servers cannot bend a limit.
 //
-// Timeouts: go-redis ignores context deadlines unless the client was built
-// with ContextTimeoutEnabled. So that Request.Timeout bounds every decision
-// whatever client is passed in, NewRedis uses a *redis.Client,
-// *redis.ClusterClient or *redis.Ring that lacks it through a twin client
-// built from the same options with it enabled (its own connection pool,
-// closed by Close); other UniversalClient implementations are called on a
-// goroutine that the deadline abandons. The twin has its own pool, does not
-// run hooks added to your client with AddHook (tracing, metrics), and, for a
-// Sentinel client (redis.NewFailoverClient), is not among the pools go-redis
-// drops on failover, so it may keep connections to a demoted primary until
-// they fail (Sentinel's CLIENT KILL ends them). Build your client with
-// ContextTimeoutEnabled: true to share its pool and hooks and avoid all of
-// this.
+// Timeouts: every decision is bounded by Request.Timeout and its context.
+// go-redis honours context deadlines only with ContextTimeoutEnabled, so
+// NewRedis refuses a *redis.Client, *redis.ClusterClient or *redis.Ring
+// built without it; the store then uses your client's one pool and its hooks
+// (tracing, metrics). Other UniversalClient implementations are called on a
+// goroutine that the deadline abandons, and without pipelining.
 //
 // Redis is safe for concurrent use.
 type Redis struct {
-	client   redis.UniversalClient
-	owned    bool // client is our twin; Close closes it
-	bounded  bool // client honours context deadlines
-	closed   atomic.Bool
-	evalOnly bool
-	combine  *combiner // nil: every decision its own round trip
+	client  redis.UniversalClient
+	bounded bool // client honours context deadlines
+	closed  atomic.Bool
+	combine *combiner // nil: every decision its own round trip
 }
 
 // RedisOption configures NewRedis.
@@ -61,12 +52,6 @@ type RedisOption interface{ applyRedis(*Redis) }
 type redisOption func(*Redis)
 
 func (f redisOption) applyRedis(r *Redis) { f(r) }
-
-// WithEvalOnly sends the whole script with EVAL on every decision instead of
-// EVALSHA. It exists to measure what EVALSHA saves; leave it off.
-func WithEvalOnly() RedisOption {
-	return redisOption(func(r *Redis) { r.evalOnly = true })
-}
 
 // DefaultMaxInFlight is the number of round trips a Redis store runs at once
 // before it pipelines further decisions; see WithMaxInFlight.
@@ -91,9 +76,18 @@ func WithMaxInFlight(n int) RedisOption {
 // NewRedis returns a store over client (standalone, Sentinel-backed via
 // redis.NewFailoverClient, or Cluster). The caller keeps ownership of client:
 // Close does not close it.
-func NewRedis(client redis.UniversalClient, opts ...RedisOption) *Redis {
-	r := &Redis{client: client}
-	r.client, r.owned, r.bounded = deadlineTwin(client)
+//
+// It returns an error wrapping ErrInvalidClient for a nil client, and for a
+// go-redis *redis.Client, *redis.ClusterClient or *redis.Ring built without
+// ContextTimeoutEnabled: such a client ignores context deadlines, so a hung
+// Redis would hold every caller for its socket timeouts (3s by default)
+// instead of the limiter's timeout.
+func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
+	bounded, err := honoursDeadlines(client)
+	if err != nil {
+		return nil, err
+	}
+	r := &Redis{client: client, bounded: bounded}
 	r.combine = &combiner{r: r, maxInFlight: DefaultMaxInFlight}
 	for _, o := range opts {
 		o.applyRedis(r)
@@ -101,56 +95,43 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) *Redis {
 	if !r.bounded {
 		r.combine = nil
 	}
-	return r
+	return r, nil
 }
 
-// deadlineTwin returns a client that honours context deadlines: client itself
-// if it already does, a twin built from its options if it is a go-redis type
-// that does not (owned: the store must close it), or client with bounded
-// false when its type is unknown.
-//
-// The twin gets its own push-notification processor and no client-side
-// cache: go-redis writes the client's processor into its options, and
-// sharing it (or a cache) between two clients is not supported.
-func deadlineTwin(client redis.UniversalClient) (c redis.UniversalClient, owned, bounded bool) {
+// ErrInvalidClient is wrapped by NewRedis's errors.
+var ErrInvalidClient = errors.New("store: invalid redis client")
+
+// honoursDeadlines reports whether client honours context deadlines (false
+// for a client type go-redis does not define), and an error for a nil client
+// or a go-redis client built without ContextTimeoutEnabled.
+func honoursDeadlines(client redis.UniversalClient) (bool, error) {
+	var enabled bool
 	switch c := client.(type) {
+	case nil:
+		return false, fmt.Errorf("%w: nil client", ErrInvalidClient)
 	case *redis.Client:
-		o := c.Options()
-		if o.ContextTimeoutEnabled {
-			return client, false, true
+		if c == nil {
+			return false, fmt.Errorf("%w: nil *redis.Client", ErrInvalidClient)
 		}
-		cp := *o
-		cp.ContextTimeoutEnabled = true
-		cp.PushNotificationProcessor = nil
-		cp.ClientSideCache, cp.ClientSideCacheConfig = nil, nil
-		if o.MaintNotificationsConfig != nil {
-			mc := *o.MaintNotificationsConfig
-			cp.MaintNotificationsConfig = &mc
-		}
-		return redis.NewClient(&cp), true, true
+		enabled = c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
-		o := c.Options()
-		if o.ContextTimeoutEnabled {
-			return client, false, true
+		if c == nil {
+			return false, fmt.Errorf("%w: nil *redis.ClusterClient", ErrInvalidClient)
 		}
-		cp := *o
-		cp.ContextTimeoutEnabled = true
-		cp.PushNotificationProcessor = nil
-		if o.MaintNotificationsConfig != nil {
-			mc := *o.MaintNotificationsConfig
-			cp.MaintNotificationsConfig = &mc
-		}
-		return redis.NewClusterClient(&cp), true, true
+		enabled = c.Options().ContextTimeoutEnabled
 	case *redis.Ring:
-		o := c.Options()
-		if o.ContextTimeoutEnabled {
-			return client, false, true
+		if c == nil {
+			return false, fmt.Errorf("%w: nil *redis.Ring", ErrInvalidClient)
 		}
-		cp := *o
-		cp.ContextTimeoutEnabled = true
-		return redis.NewRing(&cp), true, true
+		enabled = c.Options().ContextTimeoutEnabled
+	default:
+		return false, nil
 	}
-	return client, false, false
+	if !enabled {
+		return false, fmt.Errorf("%w: build the go-redis client with ContextTimeoutEnabled: true, "+
+			"or it ignores the limiter's deadlines and a hung Redis holds every caller for its socket timeouts", ErrInvalidClient)
+	}
+	return true, nil
 }
 
 // Decide runs the strategy's script on its key with one EVALSHA (EVAL when the
@@ -215,11 +196,9 @@ func contextErr(ctx context.Context) error {
 
 // run is EVALSHA, then EVAL if the server does not have the script.
 func (r *Redis) run(ctx context.Context, s *algorithm.Script, keys []string, args []any) (any, error) {
-	if !r.evalOnly {
-		reply, err := r.client.EvalSha(ctx, s.SHA1, keys, args...).Result()
-		if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			return reply, err
-		}
+	reply, err := r.client.EvalSha(ctx, s.SHA1, keys, args...).Result()
+	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return reply, err
 	}
 	return r.client.Eval(ctx, s.Source, keys, args...).Result()
 }
@@ -245,7 +224,9 @@ func (r *Redis) runAbandonable(ctx context.Context, s *algorithm.Script, keys []
 	}
 }
 
-// redisError gives a failed call context, and a sentinel where one applies.
+// redisError gives a failed call context and its class: ErrWrongType or
+// ErrBadReply where one applies, ErrRejected for any other error reply about
+// this request, ErrUnavailable for the rest.
 func redisError(key string, err error) error {
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("store: script on %q returned nil: %w", key, ErrBadReply)
@@ -256,7 +237,30 @@ func redisError(key string, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("store: redis key %q: %w: %w", key, ErrWrongType, err)
 	}
-	return fmt.Errorf("store: redis decision on %q: %w", key, err)
+	var reply redis.Error
+	if errors.As(err, &reply) && !unavailableReply(reply) {
+		return fmt.Errorf("store: redis decision on %q: %w: %w", key, ErrRejected, err)
+	}
+	return fmt.Errorf("store: redis decision on %q: %w: %w", key, ErrUnavailable, err)
+}
+
+// unavailableReplies are the prefixes of Redis error replies that mean the
+// server cannot serve anyone right now, as opposed to an error of one key.
+var unavailableReplies = []string{
+	"LOADING", "OOM", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
+	"NOREPLICAS", "BUSY", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM",
+	"max number of clients",
+}
+
+// unavailableReply reports whether an error reply is one of
+// unavailableReplies.
+func unavailableReply(reply redis.Error) bool {
+	for _, prefix := range unavailableReplies {
+		if redis.HasErrorPrefix(reply, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // parseReply reads the calling convention's {allowed, remaining,
@@ -285,14 +289,11 @@ func parseReply(reply any, limit int64) (algorithm.Decision, error) {
 
 func durationMicros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// Close closes the twin client NewRedis made, if any; the caller's client is
-// left open. Later calls return ErrClosed.
+// Close marks the store closed: later decisions, and later calls of Close,
+// return ErrClosed. The caller's client is left open.
 func (r *Redis) Close() error {
 	if r.closed.Swap(true) {
 		return ErrClosed
-	}
-	if r.owned {
-		return r.client.Close()
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 	"github.com/fleetlimit/fleetlimit/store/storetest"
 )
@@ -37,7 +38,7 @@ func key(prefix string, s algorithm.Strategy, k string) string {
 // timeline and expiry agree exactly.
 func TestRedisKeyExpiry(t *testing.T) {
 	m, c := redistest.Mini(t)
-	s := store.NewRedis(c)
+	s := stores.Redis(t, c)
 	for _, strat := range strategies() {
 		p := redistest.Prefix()
 		now := storetest.T0.Add(15 * time.Second)
@@ -57,7 +58,7 @@ func TestRedisKeyExpiry(t *testing.T) {
 // than the window, and a denied request on a fresh key writes nothing.
 func TestRedisRealTTL(t *testing.T) {
 	c := redistest.Real(t)
-	s := store.NewRedis(c)
+	s := stores.Redis(t, c)
 	for _, strat := range strategies() {
 		p := redistest.Prefix()
 		d, err := s.Decide(ctx, store.Request{Strategy: strat, Prefix: p, Key: "u", N: 1})
@@ -82,7 +83,7 @@ func TestRedisRealTTL(t *testing.T) {
 func TestRedisServerTime(t *testing.T) {
 	_, mini := redistest.Mini(t)
 	for name, c := range map[string]*redis.Client{"miniredis": mini, "real": redistest.Real(t)} {
-		s := store.NewRedis(c)
+		s := stores.Redis(t, c)
 		for _, strat := range strategies() {
 			p := redistest.Prefix()
 			admitted := 0
@@ -103,7 +104,7 @@ func TestRedisServerTime(t *testing.T) {
 func TestRedisScriptFlush(t *testing.T) {
 	_, mini := redistest.Mini(t)
 	for name, c := range map[string]*redis.Client{"miniredis": mini, "real": redistest.Real(t)} {
-		s := store.NewRedis(c)
+		s := stores.Redis(t, c)
 		for _, strat := range strategies() {
 			p := redistest.Prefix()
 			for i := range 4 {
@@ -123,7 +124,7 @@ func TestRedisScriptFlush(t *testing.T) {
 func TestRedisWrongType(t *testing.T) {
 	_, mini := redistest.Mini(t)
 	for name, c := range map[string]*redis.Client{"miniredis": mini, "real": redistest.Real(t)} {
-		s := store.NewRedis(c)
+		s := stores.Redis(t, c)
 		for _, strat := range strategies() {
 			p := redistest.Prefix()
 			require.NoError(t, c.RPush(ctx, key(p, strat, "u"), "x").Err())
@@ -161,20 +162,58 @@ func hungListener(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// wrapped is a UniversalClient of a type NewRedis does not know, so it cannot
-// make a deadline-honouring twin of it.
+// wrapped is a UniversalClient of a type NewRedis does not know.
 type wrapped struct{ *redis.Client }
 
+// NewRedis refuses a nil client and a go-redis client that ignores context
+// deadlines (it would hold callers for its socket timeouts), naming the
+// option to set; it accepts every go-redis type built with the option, and
+// client types it does not know.
+func TestNewRedisRefusesClientsThatIgnoreDeadlines(t *testing.T) {
+	var typedNil *redis.Client
+	for name, c := range map[string]redis.UniversalClient{
+		"nil":          nil,
+		"typed nil":    typedNil,
+		"client":       redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}),
+		"cluster":      redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}),
+		"ring":         redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}),
+		"failover":     redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}}),
+		"universal":    redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}}),
+		"cluster, nil": (*redis.ClusterClient)(nil),
+	} {
+		s, err := store.NewRedis(c)
+		require.ErrorIs(t, err, store.ErrInvalidClient, name)
+		require.Nil(t, s, name)
+		if c != nil && c != redis.UniversalClient(typedNil) && name != "cluster, nil" {
+			require.Contains(t, err.Error(), "ContextTimeoutEnabled", name)
+			_ = c.Close()
+		}
+	}
+	for name, c := range map[string]redis.UniversalClient{
+		"client":       redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}),
+		"cluster":      redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}),
+		"ring":         redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true}),
+		"unknown type": wrapped{redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})},
+	} {
+		s, err := store.NewRedis(c)
+		require.NoError(t, err, name)
+		require.NotNil(t, s, name)
+		_ = c.Close()
+	}
+}
+
 // Request.Timeout bounds a decision whatever client the caller built: a
-// client without ContextTimeoutEnabled (go-redis would wait its one-minute
-// ReadTimeout) and an unknown UniversalClient both end with the deadline.
+// client with ContextTimeoutEnabled whose own socket timeouts are a minute,
+// and an unknown UniversalClient (called on a goroutine the deadline
+// abandons) both end with the deadline.
 func TestRedisTimeoutBoundsAnyClient(t *testing.T) {
 	addr := hungListener(t)
-	opts := &redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1}
-	plain := redis.NewClient(opts)
+	plain := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
 	t.Cleanup(func() { _ = plain.Close() })
-	for name, c := range map[string]redis.UniversalClient{"plain": plain, "unknown type": wrapped{plain}} {
-		s := store.NewRedis(c)
+	bounded := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = bounded.Close() })
+	for name, c := range map[string]redis.UniversalClient{"deadlines enabled": bounded, "unknown type": wrapped{plain}} {
+		s := stores.Redis(t, c)
 		_, err := s.Decide(ctx, store.Request{Strategy: algorithm.FixedWindow(1, time.Minute), Prefix: "p:", Key: "u", N: 1, Timeout: 50 * time.Millisecond})
 		require.Error(t, err, name)
 		require.True(t, errors.Is(err, context.DeadlineExceeded) || isTimeout(err), "%s: %v", name, err)
@@ -187,15 +226,17 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// Close releases only what the store made: the caller's client stays usable.
+// Close leaves the caller's client usable, and the store refuses decisions
+// after it.
 func TestRedisCloseLeavesCallersClient(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: redistest.RealAddr(t)}) // no ContextTimeoutEnabled: the store makes a twin
-	t.Cleanup(func() { _ = c.Close() })
-	s := store.NewRedis(c)
+	c := redistest.Real(t)
+	s := stores.Redis(t, c)
 	_, err := s.Decide(ctx, store.Request{Strategy: algorithm.FixedWindow(1, time.Minute), Prefix: redistest.Prefix(), Key: "u", N: 1})
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	require.NoError(t, c.Ping(ctx).Err())
+	_, err = s.Decide(ctx, store.Request{Strategy: algorithm.FixedWindow(1, time.Minute), Prefix: redistest.Prefix(), Key: "u", N: 1})
+	require.ErrorIs(t, err, store.ErrClosed)
 }
 
 // RedisKey puts the user's key in a hash tag that Redis Cluster hashes as a

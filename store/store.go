@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -45,15 +46,29 @@ type Request struct {
 // MaxKeyLen is the longest Request.Key accepted, in bytes.
 const MaxKeyLen = 1024
 
+// A store's errors fall in two classes, so that a caller can tell an outage
+// (worth a circuit breaker) from a problem of one key or request: errors
+// that wrap ErrRejected mean the store answered and refused this request;
+// every other error, including those that wrap ErrUnavailable, means the
+// store could not answer. Store implementations wrap one or the other.
 var (
-	// ErrClosed is returned by a store after Close.
-	ErrClosed = errors.New("store: closed")
+	// ErrUnavailable is wrapped by errors that mean the store cannot serve
+	// anyone right now: refused or broken connections, timeouts, and Redis
+	// replies such as LOADING, OOM, READONLY, CLUSTERDOWN or BUSY.
+	ErrUnavailable = errors.New("store: unavailable")
+	// ErrRejected is wrapped by errors that mean the store answered but
+	// refused this one request: a key holding something else, a malformed
+	// reply, a script error.
+	ErrRejected = errors.New("store: request rejected")
+	// ErrClosed is returned by a store after Close. It wraps ErrUnavailable.
+	ErrClosed = fmt.Errorf("%w: closed", ErrUnavailable)
 	// ErrWrongType reports that the Redis key a strategy uses holds a value
-	// of another type (or format), written by something else.
-	ErrWrongType = errors.New("store: key holds a value of another type")
+	// of another type (or format), written by something else. It wraps
+	// ErrRejected.
+	ErrWrongType = fmt.Errorf("%w: key holds a value of another type", ErrRejected)
 	// ErrBadReply reports a script reply that is not the four integers of the
-	// calling convention.
-	ErrBadReply = errors.New("store: malformed script reply")
+	// calling convention. It wraps ErrRejected.
+	ErrBadReply = fmt.Errorf("%w: malformed script reply", ErrRejected)
 )
 
 // RedisKey returns the Redis key that holds key's state for the algorithm

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 	"github.com/fleetlimit/fleetlimit/store/storetest"
 )
@@ -15,10 +16,10 @@ func TestMemoryConformance(t *testing.T) {
 func TestRedisMiniredisConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		_, c := redistest.Mini(t)
-		return store.NewRedis(c)
+		return stores.Redis(t, c)
 	})
 }
 
 func TestRedisRealConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return store.NewRedis(redistest.Real(t)) })
+	storetest.Run(t, func(t *testing.T) store.Store { return stores.Redis(t, redistest.Real(t)) })
 }

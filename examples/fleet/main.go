@@ -65,7 +65,10 @@ func run(addr string, instances int, limit int64) error {
 				if shared {
 					rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 					defer rdb.Close()
-					st = store.NewRedis(rdb)
+					var err error
+					if st, err = store.NewRedis(rdb); err != nil {
+						return err
+					}
 				} else {
 					st = store.NewMemory()
 				}

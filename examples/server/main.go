@@ -36,6 +36,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/httplimit"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -64,7 +65,10 @@ func run(addr, redisAddr, trusted string, instances int64) error {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	shared := store.NewRedis(rdb)
+	shared, err := store.NewRedis(rdb)
+	if err != nil {
+		return err
+	}
 	defer shared.Close()
 	fallback := store.NewMemory()
 	defer fallback.Close()
@@ -125,7 +129,7 @@ func newHandler(shared, fallback store.Store, trustedProxies []string, instances
 		}, extra...)
 		return append(opts, more...)
 	}
-	clientIP, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{TrustedProxies: trustedProxies})
+	clientIP, err := httplimit.KeyByClientIP(httplimit.ClientIPConfig{TrustedProxies: trustedProxies})
 	if err != nil {
 		return nil, err
 	}
@@ -147,15 +151,15 @@ func newHandler(shared, fallback store.Store, trustedProxies []string, instances
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("POST /login", fleetlimit.Middleware(login, clientIP)(
+	mux.Handle("POST /login", httplimit.Middleware(login, clientIP)(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "login ok\n") })))
-	mux.Handle("GET /api", fleetlimit.Middleware(api, fleetlimit.KeyByHeader("X-User"),
-		fleetlimit.WithDenialWriter(fleetlimit.ProblemDetailsDenial))(
+	mux.Handle("GET /api", httplimit.Middleware(api, httplimit.KeyByHeader("X-User"),
+		httplimit.WithDenialWriter(httplimit.ProblemDetailsDenial))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = fmt.Fprintf(w, "{\"user\":%q}\n", r.Header.Get("X-User"))
 		})))
-	mux.Handle("GET /search", fleetlimit.Middleware(search, clientIP)(
+	mux.Handle("GET /search", httplimit.Middleware(search, clientIP)(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = fmt.Fprintf(w, "results for %q\n", r.URL.Query().Get("q"))
 		})))

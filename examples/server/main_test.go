@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestServerAnswersAsPrinted(t *testing.T) {
 	mr, c := redistest.Mini(t)
 	mr.SetTime(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)) // Redis TIME stands still: no refill mid-test
-	shared, fallback := store.NewRedis(c), store.NewMemory()
+	shared, fallback := stores.Redis(t, c), store.NewMemory()
 	t.Cleanup(func() { _ = shared.Close(); _ = fallback.Close() })
 	// A generous timeout: a loaded CI machine must not turn a decision into
 	// a store failure.

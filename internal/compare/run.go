@@ -139,7 +139,11 @@ func (r *runner) stores(j job) ([]store.Store, func()) {
 		if j.store == StoreRedis {
 			c := r.srv.NewClient()
 			clients = append(clients, c)
-			stores[i] = store.NewRedis(c)
+			st, err := store.NewRedis(c)
+			if err != nil {
+				panic(err) // the tool's own clients have ContextTimeoutEnabled
+			}
+			stores[i] = st
 		} else {
 			// The sweeper drops idle keys on real time; a day keeps it out
 			// of the run's way.

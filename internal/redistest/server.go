@@ -132,5 +132,3 @@ func (s *Server) Client(opts ...func(*redis.Options)) *redis.Client {
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
-
-func (s *Server) String() string { return fmt.Sprintf("redis-server %s", s.Addr) }

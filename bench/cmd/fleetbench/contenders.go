@@ -112,7 +112,10 @@ func newContenders(addr string) ([]*contender, error) {
 		// 100 ms default, so that a machine stalled by other work does not
 		// turn into fleetlimit errors alone. The work per decision is the same.
 		opts = append([]fleetlimit.Option{fleetlimit.WithTimeout(c.Options().ReadTimeout)}, opts...)
-		st := store.NewRedis(c)
+		st, err := store.NewRedis(c)
+		if err != nil {
+			panic(err) // newClient enables ContextTimeoutEnabled
+		}
 		tag := strategy(spread).Script().Tag
 		overhead := len(store.RedisKey(fleetlimit.DefaultKeyPrefix, "", tag))
 		cs = append(cs, &contender{

@@ -352,7 +352,10 @@ type logSweepResult struct {
 func (b *bench) logSweep(ctx context.Context, limits []int64) error {
 	c, _ := newClient(b.srv.addr)
 	defer c.Close()
-	st := store.NewRedis(c)
+	st, err := store.NewRedis(c)
+	if err != nil {
+		return err
+	}
 	defer st.Close()
 	for _, limit := range limits {
 		keysN := int(max(20, 20_000/limit))

@@ -1,10 +1,12 @@
-package fleetlimit
+package httplimit
 
 import (
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleetlimit/fleetlimit"
 )
 
 // Response header fields the middleware writes. net/http sends them in its
@@ -88,7 +90,7 @@ func sfString(s string) string {
 // admission it is X-RateLimit-Reset (by then all of the quota is back); on a
 // denial it is Retry-After (by then this request would pass), because the
 // draft says Retry-After should not point earlier than t.
-func (hv *headerValues) setLimitHeaders(h http.Header, res Result, draft bool) {
+func (hv *headerValues) setLimitHeaders(h http.Header, res fleetlimit.Result, draft bool) {
 	reset := ceilSeconds(res.ResetAfter)
 	h.Set(HeaderRateLimitLimit, hv.limit)
 	h.Set(HeaderRateLimitRemaining, strconv.FormatInt(res.Remaining, 10))

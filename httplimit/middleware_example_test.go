@@ -1,4 +1,4 @@
-package fleetlimit_test
+package httplimit_test
 
 import (
 	"fmt"
@@ -8,19 +8,20 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/httplimit"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // Rate-limit one endpoint by user: two requests per minute, then 429 with
 // the headers that tell the client when to come back.
 func ExampleMiddleware() {
-	mem := store.NewMemory() // store.NewRedis(rdb) to share the limit across a fleet
+	mem := store.NewMemory() // stores.Redis(t, rdb) to share the limit across a fleet
 	defer mem.Close()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	l, _ := fleetlimit.New(algorithm.SlidingWindowLog(2, time.Minute), mem,
 		fleetlimit.WithName("reports"), fleetlimit.WithClock(func() time.Time { return now }))
 	reports := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "report") })
-	h := fleetlimit.Middleware(l, fleetlimit.KeyByHeader("X-User"))(reports)
+	h := httplimit.Middleware(l, httplimit.KeyByHeader("X-User"))(reports)
 
 	for i := range 3 {
 		now = now.Add(10 * time.Second)

@@ -1,4 +1,4 @@
-package fleetlimit_test
+package httplimit_test
 
 import (
 	"net/http"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/httplimit"
 )
 
 // request builds a request from remote with the given header lines.
@@ -24,39 +25,39 @@ func request(remote string, header ...string) *http.Request {
 }
 
 func TestKeyByHeader(t *testing.T) {
-	k := fleetlimit.KeyByHeader("X-User")
+	k := httplimit.KeyByHeader("X-User")
 	got, err := k(request("192.0.2.1:1", "X-User", "alice"))
 	require.NoError(t, err)
 	require.Equal(t, "alice", got)
 	_, err = k(request("192.0.2.1:1"))
-	require.ErrorIs(t, err, fleetlimit.ErrNoKey)
+	require.ErrorIs(t, err, httplimit.ErrNoKey)
 	require.ErrorContains(t, err, "X-User")
 	_, err = k(request("192.0.2.1:1", "X-User", ""))
-	require.ErrorIs(t, err, fleetlimit.ErrNoKey, "an empty value is no key")
+	require.ErrorIs(t, err, httplimit.ErrNoKey, "an empty value is no key")
 }
 
 // KeyJoin keeps distinct tuples apart even when parts contain the
 // separator.
 func TestKeyJoin(t *testing.T) {
-	k := fleetlimit.KeyJoin(fleetlimit.KeyConst("search"), fleetlimit.KeyByHeader("X-User"))
+	k := httplimit.KeyJoin(httplimit.KeyConst("search"), httplimit.KeyByHeader("X-User"))
 	got, err := k(request("192.0.2.1:1", "X-User", "alice"))
 	require.NoError(t, err)
 	require.Equal(t, "search:alice", got)
 	_, err = k(request("192.0.2.1:1"))
-	require.ErrorIs(t, err, fleetlimit.ErrNoKey, "a part's error is the error")
+	require.ErrorIs(t, err, httplimit.ErrNoKey, "a part's error is the error")
 
-	a, err := fleetlimit.KeyJoin(fleetlimit.KeyConst("a:b"), fleetlimit.KeyConst("c"))(request("192.0.2.1:1"))
+	a, err := httplimit.KeyJoin(httplimit.KeyConst("a:b"), httplimit.KeyConst("c"))(request("192.0.2.1:1"))
 	require.NoError(t, err)
-	b, err := fleetlimit.KeyJoin(fleetlimit.KeyConst("a"), fleetlimit.KeyConst("b:c"))(request("192.0.2.1:1"))
+	b, err := httplimit.KeyJoin(httplimit.KeyConst("a"), httplimit.KeyConst("b:c"))(request("192.0.2.1:1"))
 	require.NoError(t, err)
 	require.Equal(t, "a%3Ab:c", a)
 	require.Equal(t, "a:b%3Ac", b)
-	pct, err := fleetlimit.KeyJoin(fleetlimit.KeyConst("a%3Ab"), fleetlimit.KeyConst("c"))(request("192.0.2.1:1"))
+	pct, err := httplimit.KeyJoin(httplimit.KeyConst("a%3Ab"), httplimit.KeyConst("c"))(request("192.0.2.1:1"))
 	require.NoError(t, err)
 	require.NotEqual(t, a, pct, "a literal %3A is escaped too")
 
-	_, err = fleetlimit.KeyJoin(fleetlimit.KeyConst("a"), nil)(request("192.0.2.1:1"))
-	require.ErrorIs(t, err, fleetlimit.ErrNoKey, "a nil part is an error, not a panic")
+	_, err = httplimit.KeyJoin(httplimit.KeyConst("a"), nil)(request("192.0.2.1:1"))
+	require.ErrorIs(t, err, httplimit.ErrNoKey, "a nil part is an error, not a panic")
 }
 
 // KeyByPattern reads the ServeMux pattern that routed the request.
@@ -64,29 +65,29 @@ func TestKeyByPattern(t *testing.T) {
 	var got string
 	var gotErr error
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) { got, gotErr = fleetlimit.KeyByPattern(r) })
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) { got, gotErr = httplimit.KeyByPattern(r) })
 	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/items/7", nil))
 	require.NoError(t, gotErr)
 	require.Equal(t, "GET /items/{id}", got)
-	_, err := fleetlimit.KeyByPattern(httptest.NewRequest(http.MethodGet, "/items/7", nil))
-	require.ErrorIs(t, err, fleetlimit.ErrNoKey)
+	_, err := httplimit.KeyByPattern(httptest.NewRequest(http.MethodGet, "/items/7", nil))
+	require.ErrorIs(t, err, httplimit.ErrNoKey)
 }
 
 func TestKeyByClientIP(t *testing.T) {
-	direct, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{})
+	direct, err := httplimit.KeyByClientIP(httplimit.ClientIPConfig{})
 	require.NoError(t, err)
-	proxied, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8", "2001:db8:ffff::1"}})
+	proxied, err := httplimit.KeyByClientIP(httplimit.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8", "2001:db8:ffff::1"}})
 	require.NoError(t, err)
-	forwarded, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8"}, Header: fleetlimit.HeaderForwarded})
+	forwarded, err := httplimit.KeyByClientIP(httplimit.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8"}, Header: httplimit.HeaderForwarded})
 	require.NoError(t, err)
-	coarse, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{IPv6PrefixLen: 48, IPv4PrefixLen: 24})
+	coarse, err := httplimit.KeyByClientIP(httplimit.ClientIPConfig{IPv6PrefixLen: 48, IPv4PrefixLen: 24})
 	require.NoError(t, err)
-	mapped, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{TrustedProxies: []string{"::ffff:10.0.0.0/104"}})
+	mapped, err := httplimit.KeyByClientIP(httplimit.ClientIPConfig{TrustedProxies: []string{"::ffff:10.0.0.0/104"}})
 	require.NoError(t, err)
 
 	for _, c := range []struct {
 		name string
-		key  fleetlimit.KeyFunc
+		key  httplimit.KeyFunc
 		r    *http.Request
 		want string // "" for an error
 	}{
@@ -128,7 +129,7 @@ func TestKeyByClientIP(t *testing.T) {
 	} {
 		got, err := c.key(c.r)
 		if c.want == "" {
-			require.ErrorIs(t, err, fleetlimit.ErrNoKey, c.name)
+			require.ErrorIs(t, err, httplimit.ErrNoKey, c.name)
 			continue
 		}
 		require.NoError(t, err, c.name)
@@ -137,14 +138,14 @@ func TestKeyByClientIP(t *testing.T) {
 }
 
 func TestKeyByClientIPRejectsBadConfig(t *testing.T) {
-	for name, cfg := range map[string]fleetlimit.ClientIPConfig{
+	for name, cfg := range map[string]httplimit.ClientIPConfig{
 		"bad proxy":       {TrustedProxies: []string{"10.0.0.0/33"}},
 		"proxy hostname":  {TrustedProxies: []string{"proxy.internal"}},
 		"unknown header":  {Header: "X-Real-IP"},
 		"IPv6 prefix 129": {IPv6PrefixLen: 129},
 		"IPv4 prefix -1":  {IPv4PrefixLen: -1},
 	} {
-		k, err := fleetlimit.KeyByClientIP(cfg)
+		k, err := httplimit.KeyByClientIP(cfg)
 		require.Nil(t, k, name)
 		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, name)
 	}
@@ -159,9 +160,9 @@ func FuzzKeyByClientIP(f *testing.F) {
 	f.Add("10.0.0.1:1", "198.51.100.1, 10.0.0.2", `for="[2001:db8::1]:80";proto=https, for=10.0.0.3`)
 	f.Add("10.0.0.1:1", ",,,", `for="\`)
 	f.Add("[::ffff:10.0.0.1]:1", "[2001:db8::1]:80, unknown", `for=_hidden;by=x, For=10.9.9.9`)
-	keys := map[string]fleetlimit.KeyFunc{}
-	for _, h := range []string{fleetlimit.HeaderXForwardedFor, fleetlimit.HeaderForwarded} {
-		k, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8"}, Header: h, IPv6PrefixLen: 128})
+	keys := map[string]httplimit.KeyFunc{}
+	for _, h := range []string{httplimit.HeaderXForwardedFor, httplimit.HeaderForwarded} {
+		k, err := httplimit.KeyByClientIP(httplimit.ClientIPConfig{TrustedProxies: []string{"10.0.0.0/8"}, Header: h, IPv6PrefixLen: 128})
 		require.NoError(f, err)
 		keys[h] = k
 	}

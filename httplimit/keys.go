@@ -1,4 +1,4 @@
-package fleetlimit
+package httplimit
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/fleetlimit/fleetlimit"
 )
 
 // KeyFunc names the client a request is charged to: a user id, an IP prefix,
@@ -16,7 +18,7 @@ type KeyFunc func(*http.Request) (string, error)
 
 // ErrNoKey is wrapped by the errors of the KeyFuncs in this package: the
 // request does not carry what identifies its client.
-var ErrNoKey = errors.New("fleetlimit: cannot identify the client")
+var ErrNoKey = errors.New("httplimit: cannot identify the client")
 
 // KeyByHeader keys requests by the value of header name, e.g. the user id
 // that an authenticating proxy set. A request without the header (or with an
@@ -125,7 +127,7 @@ type ClientIPConfig struct {
 // IPv4-mapped IPv6 addresses count as IPv4. The key is the address
 // ("203.0.113.7") or, when grouping, its masked prefix ("2001:db8:1:2::/64").
 //
-// It returns an error wrapping ErrInvalidConfig for an unparsable proxy, an
+// It returns an error wrapping fleetlimit.ErrInvalidConfig for an unparsable proxy, an
 // unknown header or a prefix length out of range.
 func KeyByClientIP(cfg ClientIPConfig) (KeyFunc, error) {
 	c := &clientIP{v4: 32, v6: 64}
@@ -172,7 +174,7 @@ func KeyByClientIP(cfg ClientIPConfig) (KeyFunc, error) {
 		errs = append(errs, fmt.Errorf("IPv6 prefix length %d, want 1 to 128", c.v6))
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+		return nil, fmt.Errorf("%w: %w", fleetlimit.ErrInvalidConfig, errors.Join(errs...))
 	}
 	return c.key, nil
 }

@@ -1,4 +1,4 @@
-package fleetlimit_test
+package httplimit_test
 
 import (
 	"context"
@@ -13,8 +13,11 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/httplimit"
 	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/spy"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -22,15 +25,16 @@ import (
 // that only the limiter's 50ms timeout can bound a decision.
 func slowClient(o *redis.Options) {
 	o.ReadTimeout, o.WriteTimeout, o.DialTimeout, o.MaxRetries = time.Minute, time.Minute, time.Minute, -1
+	o.ContextTimeoutEnabled = true
 }
 
 // failureRig is a limited server over a real redis-server that a test can
 // kill, hang and restart, with the breaker on a fake clock, a count of the
 // calls that reach the store and a record of what the observer was told.
 type failureRig struct {
-	st    *countingStore
+	st    *spy.Store
 	clk   *fakeclock.Clock
-	rec   *recorder
+	rec   *spy.Observer
 	l     *fleetlimit.Limiter
 	limit int64
 }
@@ -38,14 +42,14 @@ type failureRig struct {
 const rigThreshold = 3
 
 func newFailureRig(t *testing.T, st store.Store, policy fleetlimit.FailurePolicy, timeout time.Duration) (*failureRig, func() response) {
-	rig := &failureRig{st: &countingStore{Store: st}, clk: fakeclock.New(t0), rec: &recorder{}, limit: 100}
+	rig := &failureRig{st: &spy.Store{Store: st}, clk: fakeclock.New(t0), rec: &spy.Observer{}, limit: 100}
 	b, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Threshold: rigThreshold, Clock: rig.clk.Now})
 	require.NoError(t, err)
 	rig.l, err = fleetlimit.New(algorithm.TokenBucket(rig.limit, time.Minute, rig.limit), rig.st,
 		fleetlimit.WithName("api"), fleetlimit.WithFailurePolicy(policy), fleetlimit.WithTimeout(timeout),
 		fleetlimit.WithBreaker(b), fleetlimit.WithObserver(rig.rec), fleetlimit.WithKeyPrefix(redistest.Prefix()))
 	require.NoError(t, err)
-	srv := serve(t, fleetlimit.Middleware(rig.l, fleetlimit.KeyByHeader("X-User"))(okHandler))
+	srv := serve(t, httplimit.Middleware(rig.l, httplimit.KeyByHeader("X-User"))(okHandler))
 	return rig, func() response { return get(t, srv, "X-User", "alice") }
 }
 
@@ -55,7 +59,7 @@ func (rig *failureRig) requireHealthy(t *testing.T, resp response, msg string) {
 	require.Equal(t, http.StatusOK, resp.status, msg)
 	require.NotEmpty(t, resp.header.Get("X-RateLimit-Remaining"), "%s: the store decided: remaining is known", msg)
 	require.NotEmpty(t, resp.header.Get("RateLimit"), msg)
-	ev := rig.rec.take()
+	ev := rig.rec.Take()
 	require.Len(t, ev, 1, msg)
 	require.False(t, ev[0].Degraded(), "%s: %v", msg, ev[0].Err)
 	require.Equal(t, fleetlimit.DecidedByStore, ev[0].DecidedBy, msg)
@@ -79,7 +83,7 @@ func (rig *failureRig) requireDegraded(t *testing.T, resp response, policy fleet
 	for _, h := range []string{"X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit"} {
 		require.Empty(t, resp.header.Values(h), "%s: %s is omitted, not guessed", msg, h)
 	}
-	ev := rig.rec.take()
+	ev := rig.rec.Take()
 	require.Len(t, ev, 1, msg)
 	e := ev[0]
 	require.True(t, e.Degraded(), msg)
@@ -89,7 +93,7 @@ func (rig *failureRig) requireDegraded(t *testing.T, resp response, policy fleet
 	require.Equal(t, policy, e.Policy, msg)
 	require.Equal(t, fleetlimit.DecidedByPolicy, e.DecidedBy, msg)
 	require.Equal(t, policy == fleetlimit.FailOpen, e.Allowed, msg)
-	require.Equal(t, "api", e.Endpoint)
+	require.Equal(t, "api", e.Name)
 	require.Equal(t, "token_bucket", e.Algorithm)
 	return e
 }
@@ -106,30 +110,30 @@ func TestMiddlewareRedisStoppedAndRestarted(t *testing.T) {
 			s := redistest.StartServer(t)
 			// 250ms: room for the probe to dial the restarted server and reload
 			// the script on a loaded machine; failures still end at it.
-			rig, hit := newFailureRig(t, store.NewRedis(s.Client(slowClient)), policy, 250*time.Millisecond)
+			rig, hit := newFailureRig(t, stores.Redis(t, s.Client(slowClient)), policy, 250*time.Millisecond)
 			rig.requireHealthy(t, hit(), "healthy")
 
 			s.Kill()
 			for i := range rigThreshold {
-				calls := rig.st.calls.Load()
+				calls := rig.st.Calls.Load()
 				rig.requireDegraded(t, hit(), policy, false, fmt.Sprintf("Redis stopped, failure %d", i+1))
-				require.Equal(t, calls+1, rig.st.calls.Load(), "the store was tried")
+				require.Equal(t, calls+1, rig.st.Calls.Load(), "the store was tried")
 			}
 			require.Equal(t, fleetlimit.BreakerOpen, rig.l.Breaker().State())
-			calls := rig.st.calls.Load()
+			calls := rig.st.Calls.Load()
 			for range 5 {
 				rig.requireDegraded(t, hit(), policy, true, "breaker open")
 			}
-			require.Equal(t, calls, rig.st.calls.Load(), "an open breaker does not call the store")
+			require.Equal(t, calls, rig.st.Calls.Load(), "an open breaker does not call the store")
 
 			s.Start()
 			rig.requireDegraded(t, hit(), policy, true, "Redis is back but the cool-down is not over")
-			require.Equal(t, calls, rig.st.calls.Load())
+			require.Equal(t, calls, rig.st.Calls.Load())
 
 			rig.clk.Advance(fleetlimit.DefaultCoolDown)
 			rig.requireHealthy(t, hit(), "the probe finds Redis back")
 			require.Equal(t, fleetlimit.BreakerClosed, rig.l.Breaker().State())
-			require.Equal(t, calls+1, rig.st.calls.Load())
+			require.Equal(t, calls+1, rig.st.Calls.Load())
 			resp := hit()
 			rig.requireHealthy(t, resp, "closed again")
 			require.Equal(t, "98", resp.header.Get("X-RateLimit-Remaining"), "the restarted Redis lost its data: two requests since")
@@ -144,26 +148,26 @@ func TestMiddlewareRedisStoppedAndRestarted(t *testing.T) {
 func TestMiddlewareRedisHung(t *testing.T) {
 	for _, policy := range []fleetlimit.FailurePolicy{fleetlimit.FailOpen, fleetlimit.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
-			o := &redis.Options{Addr: hungAddr(t)}
+			o := &redis.Options{Addr: redistest.HungAddr(t)}
 			slowClient(o)
 			c := redis.NewClient(o)
 			t.Cleanup(func() { _ = c.Close() })
-			rig, hit := newFailureRig(t, store.NewRedis(c), policy, 50*time.Millisecond)
+			rig, hit := newFailureRig(t, stores.Redis(t, c), policy, 50*time.Millisecond)
 			for i := range rigThreshold {
 				e := rig.requireDegraded(t, hit(), policy, false, fmt.Sprintf("hung, call %d", i+1))
 				require.ErrorIs(t, e.Err, context.DeadlineExceeded, "the limiter's timeout ended the wait")
 			}
-			calls := rig.st.calls.Load()
+			calls := rig.st.Calls.Load()
 			for range 5 {
 				e := rig.requireDegraded(t, hit(), policy, true, "breaker open")
 				require.NotErrorIs(t, e.Err, context.DeadlineExceeded, "no wait at all")
 			}
-			require.Equal(t, calls, rig.st.calls.Load())
+			require.Equal(t, calls, rig.st.Calls.Load())
 
 			// A direct caller sees the same.
 			_, err := rig.l.Allow(bg, "bob")
 			require.ErrorIs(t, err, fleetlimit.ErrCircuitOpen)
-			rig.rec.take()
+			rig.rec.Take()
 			rig.clk.Advance(fleetlimit.DefaultCoolDown)
 			_, err = rig.l.Allow(bg, "bob")
 			require.ErrorIs(t, err, context.DeadlineExceeded, "the probe waits one timeout on the still-hung Redis")

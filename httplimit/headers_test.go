@@ -1,4 +1,4 @@
-package fleetlimit_test
+package httplimit_test
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package fleetlimit_test
+package httplimit_test
 
 import (
 	"encoding/json"
@@ -14,8 +14,11 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/httplimit"
 	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/spy"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -148,13 +151,13 @@ func TestMiddlewareHeaders(t *testing.T) {
 			{0, true, 200, rateHeaders{"2", "1", "60", "", `"search";q=2;w=60`, `"search";r=1;t=60`}, "the next window"},
 		}},
 	}
-	for storeName, st := range stores(t) {
+	for storeName, st := range stores.All(t) {
 		for _, c := range cases {
 			clk := fakeclock.New(t0)
 			l, err := fleetlimit.New(c.strategy, st, fleetlimit.WithName(c.name), fleetlimit.WithClock(clk.Now),
 				fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 			require.NoError(t, err)
-			srv := serve(t, fleetlimit.Middleware(l, fleetlimit.KeyConst("client"))(okHandler))
+			srv := serve(t, httplimit.Middleware(l, httplimit.KeyConst("client"))(okHandler))
 			var retryAfter int64
 			for i, s := range c.steps {
 				msg := storeName + " " + c.name + " step " + strconv.Itoa(i) + ": " + s.why
@@ -188,14 +191,14 @@ func TestMiddlewareDraftFieldEdges(t *testing.T) {
 	defer mem.Close()
 	l, err := fleetlimit.New(algorithm.TokenBucket(3, time.Second, 10), mem, fleetlimit.WithName(`we"ird\ näme`))
 	require.NoError(t, err)
-	resp := get(t, serve(t, fleetlimit.Middleware(l, fleetlimit.KeyConst("c"))(okHandler)))
+	resp := get(t, serve(t, httplimit.Middleware(l, httplimit.KeyConst("c"))(okHandler)))
 	policy, err := parseSFList(resp.header.Get("RateLimit-Policy"))
 	require.NoError(t, err)
 	require.Equal(t, `we"ird\ n__me`, policy[0].Value, "quote and backslash escaped, the two UTF-8 bytes of ä replaced")
 	_, hasW := policy[0].param("w")
 	require.False(t, hasW, "a 3.33s refill has no whole-second window")
 
-	resp = get(t, serve(t, fleetlimit.Middleware(l, fleetlimit.KeyConst("d"), fleetlimit.WithDraftHeaders(false))(okHandler)))
+	resp = get(t, serve(t, httplimit.Middleware(l, httplimit.KeyConst("d"), httplimit.WithDraftHeaders(false))(okHandler)))
 	require.Empty(t, resp.header.Values("RateLimit-Policy"))
 	require.Empty(t, resp.header.Values("RateLimit"))
 	require.Equal(t, "9", resp.header.Get("X-RateLimit-Remaining"), "the X- fields stay")
@@ -208,14 +211,14 @@ func TestMiddlewareProblemDetails(t *testing.T) {
 	defer mem.Close()
 	l, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), mem, fleetlimit.WithName("login"))
 	require.NoError(t, err)
-	srv := serve(t, fleetlimit.Middleware(l, fleetlimit.KeyConst("c"), fleetlimit.WithDenialWriter(fleetlimit.ProblemDetailsDenial))(okHandler))
+	srv := serve(t, httplimit.Middleware(l, httplimit.KeyConst("c"), httplimit.WithDenialWriter(httplimit.ProblemDetailsDenial))(okHandler))
 	require.Equal(t, 200, get(t, srv).status)
 	resp := get(t, srv)
 	require.Equal(t, 429, resp.status)
 	require.Equal(t, "application/problem+json", resp.header.Get("Content-Type"))
 	var p map[string]any
 	require.NoError(t, json.Unmarshal([]byte(resp.body), &p), resp.body)
-	require.Equal(t, fleetlimit.ProblemQuotaExceeded, p["type"])
+	require.Equal(t, httplimit.ProblemQuotaExceeded, p["type"])
 	require.Equal(t, "Too Many Requests", p["title"])
 	require.EqualValues(t, 429, p["status"])
 	require.Equal(t, []any{"login"}, p["violated-policies"])
@@ -230,9 +233,9 @@ func TestMiddlewareForwardedFor(t *testing.T) {
 	newServer := func(trusted ...string) *httptest.Server {
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(2, time.Minute), mem, fleetlimit.WithKeyPrefix(redistest.Prefix()))
 		require.NoError(t, err)
-		key, err := fleetlimit.KeyByClientIP(fleetlimit.ClientIPConfig{TrustedProxies: trusted})
+		key, err := httplimit.KeyByClientIP(httplimit.ClientIPConfig{TrustedProxies: trusted})
 		require.NoError(t, err)
-		return serve(t, fleetlimit.Middleware(l, key)(okHandler))
+		return serve(t, httplimit.Middleware(l, key)(okHandler))
 	}
 
 	// The test server's peer is 127.0.0.1, which nobody trusts here.
@@ -266,7 +269,7 @@ func TestMiddlewareKeyError(t *testing.T) {
 	defer mem.Close()
 	l, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), mem)
 	require.NoError(t, err)
-	strict := serve(t, fleetlimit.Middleware(l, fleetlimit.KeyByHeader("X-User"))(okHandler))
+	strict := serve(t, httplimit.Middleware(l, httplimit.KeyByHeader("X-User"))(okHandler))
 	resp := get(t, strict)
 	require.Equal(t, http.StatusBadRequest, resp.status)
 	require.Contains(t, resp.body, "header X-User is missing")
@@ -274,7 +277,7 @@ func TestMiddlewareKeyError(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.status, "an over-long key is a key error too")
 	require.Contains(t, resp.body, "invalid key")
 
-	lenient := serve(t, fleetlimit.Middleware(l, fleetlimit.KeyByHeader("X-User"), fleetlimit.WithKeyErrorPassThrough())(okHandler))
+	lenient := serve(t, httplimit.Middleware(l, httplimit.KeyByHeader("X-User"), httplimit.WithKeyErrorPassThrough())(okHandler))
 	for range 3 {
 		resp = get(t, lenient)
 		require.Equal(t, http.StatusOK, resp.status)
@@ -289,7 +292,7 @@ func TestMiddlewareCost(t *testing.T) {
 	defer mem.Close()
 	l, err := fleetlimit.New(algorithm.FixedWindow(10, time.Minute), mem, fleetlimit.WithClock(fixedClock(t0)))
 	require.NoError(t, err)
-	srv := serve(t, fleetlimit.Middleware(l, fleetlimit.KeyConst("c"), fleetlimit.WithCost(fleetlimit.CostByContentLength(100)))(okHandler))
+	srv := serve(t, httplimit.Middleware(l, httplimit.KeyConst("c"), httplimit.WithCost(httplimit.CostByContentLength(100)))(okHandler))
 
 	resp := do(t, srv, http.MethodPost, "/", strings.NewReader(strings.Repeat("x", 250)))
 	require.Equal(t, http.StatusOK, resp.status)
@@ -306,21 +309,22 @@ func TestMiddlewareCost(t *testing.T) {
 	huge := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("x"))
 	huge.ContentLength = 1 << 62 // a cost beyond 2^53, which AllowN refuses
 	rec := httptest.NewRecorder()
-	fleetlimit.Middleware(l, fleetlimit.KeyConst("c"), fleetlimit.WithCost(fleetlimit.CostByContentLength(1)))(okHandler).ServeHTTP(rec, huge)
+	httplimit.Middleware(l, httplimit.KeyConst("c"), httplimit.WithCost(httplimit.CostByContentLength(1)))(okHandler).ServeHTTP(rec, huge)
 	require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, "too large, not a server error")
 	require.Contains(t, rec.Body.String(), "request cost 4611686018427387904 exceeds the limit 10")
 
 	resp = do(t, srv, http.MethodPost, "/", io.MultiReader(strings.NewReader("chunked")))
 	require.Equal(t, http.StatusLengthRequired, resp.status, "a body of unknown length cannot be charged")
 
-	broken := serve(t, fleetlimit.Middleware(l, fleetlimit.KeyConst("c"), fleetlimit.WithCost(func(*http.Request) (int64, error) { return 0, nil }))(okHandler))
+	broken := serve(t, httplimit.Middleware(l, httplimit.KeyConst("c"), httplimit.WithCost(func(*http.Request) (int64, error) { return 0, nil }))(okHandler))
 	resp = get(t, broken)
 	require.Equal(t, http.StatusInternalServerError, resp.status)
 	require.Contains(t, resp.body, "misconfigured")
 }
 
-// Misconfiguration is an error from NewMiddleware and a 500 from
-// Middleware, never a panic.
+// Misconfiguration is an error from NewMiddleware, and a panic at
+// construction from Middleware: never a middleware that answers clients
+// with the mistake.
 func TestMiddlewareMisconfigured(t *testing.T) {
 	mem := store.NewMemory()
 	defer mem.Close()
@@ -328,41 +332,41 @@ func TestMiddlewareMisconfigured(t *testing.T) {
 	require.NoError(t, err)
 	for name, mk := range map[string]func() (func(http.Handler) http.Handler, error){
 		"nil limiter": func() (func(http.Handler) http.Handler, error) {
-			return fleetlimit.NewMiddleware(nil, fleetlimit.KeyConst("c"))
+			return httplimit.NewMiddleware(nil, httplimit.KeyConst("c"))
 		},
-		"nil key": func() (func(http.Handler) http.Handler, error) { return fleetlimit.NewMiddleware(l, nil) },
+		"nil key": func() (func(http.Handler) http.Handler, error) { return httplimit.NewMiddleware(l, nil) },
 		"nil cost": func() (func(http.Handler) http.Handler, error) {
-			return fleetlimit.NewMiddleware(l, fleetlimit.KeyConst("c"), fleetlimit.WithCost(nil))
+			return httplimit.NewMiddleware(l, httplimit.KeyConst("c"), httplimit.WithCost(nil))
 		},
 		"nil denialer": func() (func(http.Handler) http.Handler, error) {
-			return fleetlimit.NewMiddleware(l, fleetlimit.KeyConst("c"), fleetlimit.WithDenialWriter(nil))
+			return httplimit.NewMiddleware(l, httplimit.KeyConst("c"), httplimit.WithDenialWriter(nil))
 		},
 	} {
 		mw, err := mk()
 		require.Nil(t, mw, name)
 		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, name)
 	}
-	resp := get(t, serve(t, fleetlimit.Middleware(nil, nil)(okHandler)))
-	require.Equal(t, http.StatusInternalServerError, resp.status)
-	require.Contains(t, resp.body, "nil limiter")
+	require.PanicsWithError(t, "fleetlimit: invalid configuration: httplimit: nil limiter\nnil KeyFunc", func() {
+		httplimit.Middleware(nil, nil)
+	})
 }
 
 // The observer learns the route: the ServeMux pattern, or WithRoute.
 func TestMiddlewareRoute(t *testing.T) {
 	mem := store.NewMemory()
 	defer mem.Close()
-	rec := &recorder{}
+	rec := &spy.Observer{}
 	l, err := fleetlimit.New(algorithm.FixedWindow(10, time.Minute), mem, fleetlimit.WithObserver(rec), fleetlimit.WithName("api"))
 	require.NoError(t, err)
 	mux := http.NewServeMux()
-	mux.Handle("GET /items/{id}", fleetlimit.Middleware(l, fleetlimit.KeyConst("c"))(okHandler))
-	mux.Handle("GET /other", fleetlimit.Middleware(l, fleetlimit.KeyConst("c"), fleetlimit.WithRoute("other-route"))(okHandler))
+	mux.Handle("GET /items/{id}", httplimit.Middleware(l, httplimit.KeyConst("c"))(okHandler))
+	mux.Handle("GET /other", httplimit.Middleware(l, httplimit.KeyConst("c"), httplimit.WithRoute("other-route"))(okHandler))
 	srv := serve(t, mux)
 	require.Equal(t, 200, do(t, srv, http.MethodGet, "/items/7", nil).status)
 	require.Equal(t, 200, do(t, srv, http.MethodGet, "/other", nil).status)
-	ev := rec.take()
+	ev := rec.Take()
 	require.Len(t, ev, 2)
 	require.Equal(t, "GET /items/{id}", ev[0].Route)
 	require.Equal(t, "other-route", ev[1].Route)
-	require.Equal(t, "api", ev[0].Endpoint)
+	require.Equal(t, "api", ev[0].Name)
 }

@@ -1,4 +1,4 @@
-package fleetlimit
+package httplimit
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
@@ -15,7 +16,7 @@ import (
 // client key names, through l, before the next handler runs. Per-endpoint
 // limits are plain code: wrap each handler with its own limiter.
 //
-//	login := fleetlimit.Middleware(loginLimiter, clientIP)
+//	login := Middleware(loginLimiter, clientIP)
 //	mux.Handle("POST /login", login(loginHandler))
 //
 // Responses:
@@ -52,24 +53,22 @@ import (
 // by default; WithDenialWriter(ProblemDetailsDenial) makes them RFC 9457
 // problem details.
 //
-// A nil l or key, or an invalid option, cannot be reported from here: the
-// returned middleware then answers every request with 500 Internal Server
-// Error naming the mistake. Use NewMiddleware to get the error at start-up.
-func Middleware(l *Limiter, key KeyFunc, opts ...MiddlewareOption) func(http.Handler) http.Handler {
+// Middleware panics, when it is called, if l or key is nil or an option is
+// invalid: a programming mistake found at start-up, as http.Handle does for a
+// bad pattern, rather than a 500 naming the mistake to every client. Use
+// NewMiddleware to get the error instead (for configuration read at run
+// time).
+func Middleware(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) func(http.Handler) http.Handler {
 	mw, err := NewMiddleware(l, key, opts...)
 	if err != nil {
-		return func(http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-			})
-		}
+		panic(err)
 	}
 	return mw
 }
 
-// NewMiddleware is Middleware returning an error wrapping ErrInvalidConfig
+// NewMiddleware is Middleware returning an error wrapping fleetlimit.ErrInvalidConfig
 // for a nil limiter or KeyFunc or an invalid option.
-func NewMiddleware(l *Limiter, key KeyFunc, opts ...MiddlewareOption) (func(http.Handler) http.Handler, error) {
+func NewMiddleware(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (func(http.Handler) http.Handler, error) {
 	m := &middleware{
 		l:     l,
 		key:   key,
@@ -84,29 +83,29 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts ...MiddlewareOption) (func(http
 		errs = append(errs, errors.New("nil KeyFunc"))
 	}
 	for _, o := range opts {
-		o.applyMiddleware(m, &errs)
+		o.apply(m, &errs)
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: middleware: %w", ErrInvalidConfig, errors.Join(errs...))
+		return nil, fmt.Errorf("%w: httplimit: %w", fleetlimit.ErrInvalidConfig, errors.Join(errs...))
 	}
 	s := l.Strategy()
 	m.hv = newHeaderValues(l.Name(), s.Limit(), s.Window())
 	return m.wrap, nil
 }
 
-// MiddlewareOption configures Middleware.
-type MiddlewareOption interface {
-	applyMiddleware(m *middleware, errs *[]error)
+// Option configures Middleware.
+type Option interface {
+	apply(m *middleware, errs *[]error)
 }
 
-type middlewareOption func(*middleware, *[]error)
+type option func(*middleware, *[]error)
 
-func (f middlewareOption) applyMiddleware(m *middleware, errs *[]error) { f(m, errs) }
+func (f option) apply(m *middleware, errs *[]error) { f(m, errs) }
 
 // WithRoute names the route in the events the limiter's Observer receives
 // (Event.Route). Default: the ServeMux pattern that matched the request.
-func WithRoute(route string) MiddlewareOption {
-	return middlewareOption(func(m *middleware, _ *[]error) { m.route = route })
+func WithRoute(route string) Option {
+	return option(func(m *middleware, _ *[]error) { m.route = route })
 }
 
 // WithKeyErrorPassThrough lets a request whose key cannot be found through
@@ -114,14 +113,14 @@ func WithRoute(route string) MiddlewareOption {
 // answering 400 Bad Request (the default). Use it only where every client
 // can be identified in practice, or where unidentified traffic is limited
 // elsewhere: otherwise leaving the key out is a way around the limit.
-func WithKeyErrorPassThrough() MiddlewareOption {
-	return middlewareOption(func(m *middleware, _ *[]error) { m.passOnKeyError = true })
+func WithKeyErrorPassThrough() Option {
+	return option(func(m *middleware, _ *[]error) { m.passOnKeyError = true })
 }
 
 // WithDraftHeaders turns the IETF draft fields RateLimit-Policy and RateLimit
 // on or off. Default: on.
-func WithDraftHeaders(on bool) MiddlewareOption {
-	return middlewareOption(func(m *middleware, _ *[]error) { m.draft = on })
+func WithDraftHeaders(on bool) Option {
+	return option(func(m *middleware, _ *[]error) { m.draft = on })
 }
 
 // CostFunc says how much a request costs: AllowN's n. It must return at
@@ -133,8 +132,8 @@ type CostFunc func(*http.Request) (int64, error)
 // with CostByContentLength. A request costing more than the limit is answered
 // 413 Content Too Large; a cost below 1 is the cost function's bug and is
 // answered 500 Internal Server Error.
-func WithCost(cost CostFunc) MiddlewareOption {
-	return middlewareOption(func(m *middleware, errs *[]error) {
+func WithCost(cost CostFunc) Option {
+	return option(func(m *middleware, errs *[]error) {
 		if cost == nil {
 			*errs = append(*errs, errors.New("nil CostFunc"))
 		}
@@ -144,7 +143,7 @@ func WithCost(cost CostFunc) MiddlewareOption {
 
 // ErrLengthRequired is returned by CostByContentLength for a request whose
 // length is unknown (a chunked body).
-var ErrLengthRequired = errors.New("fleetlimit: request length required")
+var ErrLengthRequired = errors.New("httplimit: request length required")
 
 // CostByContentLength charges a request one unit per unit bytes of its body,
 // rounded up, and at least 1 (a request without a body costs 1). A body of
@@ -165,8 +164,8 @@ func CostByContentLength(unit int64) CostFunc {
 // itself (429, 503, 499, 400, 411, 413, 500): every header but Content-Type is
 // already set when it is called, and it must write the status d.Status.
 // Default: PlainTextDenial.
-func WithDenialWriter(f DenialWriter) MiddlewareOption {
-	return middlewareOption(func(m *middleware, errs *[]error) {
+func WithDenialWriter(f DenialWriter) Option {
+	return option(func(m *middleware, errs *[]error) {
 		if f == nil {
 			*errs = append(*errs, errors.New("nil DenialWriter"))
 		}
@@ -184,13 +183,13 @@ type Denial struct {
 	// Status is the HTTP status code to write: 429, 503, 499, 400, 411,
 	// 413 or 500.
 	Status int
-	// Policy is the limiter's name, as in the RateLimit-Policy field.
-	Policy string
+	// Name is the limiter's name, as in the RateLimit-Policy field.
+	Name string
 	// Detail is a one-line explanation for the client, e.g. "rate limit
 	// exceeded: retry in 3 seconds".
 	Detail string
 	// Result is the limiter's decision (zero when no decision was made).
-	Result Result
+	Result fleetlimit.Result
 	// Err is the error behind a 503, 499, 400, 411 or 500; nil for 429 and
 	// 413.
 	Err error
@@ -228,9 +227,9 @@ func ProblemDetailsDenial(w http.ResponseWriter, _ *http.Request, d Denial) {
 	}{Type: "about:blank", Title: statusText(d.Status), Status: d.Status, Detail: d.Detail}
 	switch d.Status {
 	case http.StatusTooManyRequests:
-		p.Type, p.Violated = ProblemQuotaExceeded, []string{d.Policy}
+		p.Type, p.Violated = ProblemQuotaExceeded, []string{d.Name}
 	case http.StatusServiceUnavailable:
-		p.Type, p.Violated = ProblemTemporaryReducedCapacity, []string{d.Policy}
+		p.Type, p.Violated = ProblemTemporaryReducedCapacity, []string{d.Name}
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(d.Status)
@@ -238,7 +237,7 @@ func ProblemDetailsDenial(w http.ResponseWriter, _ *http.Request, d Denial) {
 }
 
 type middleware struct {
-	l              *Limiter
+	l              *fleetlimit.Limiter
 	key            KeyFunc
 	cost           CostFunc
 	route          string
@@ -265,7 +264,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			if errors.Is(err, ErrLengthRequired) {
 				status = http.StatusLengthRequired
 			}
-			m.deny(w, r, Denial{Status: status, Policy: m.l.Name(), Err: err, Detail: err.Error()})
+			m.deny(w, r, Denial{Status: status, Name: m.l.Name(), Err: err, Detail: err.Error()})
 			return
 		}
 	}
@@ -275,13 +274,13 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	// A cost beyond what AllowN accepts cannot pass any limit either: charge
 	// the most it accepts, so that the answer is a 413, not a 500.
-	res, err := m.l.allowN(r.Context(), key, min(n, algorithm.MaxInt), route)
+	res, err := m.l.AllowN(fleetlimit.ContextWithRoute(r.Context(), route), key, min(n, algorithm.MaxInt))
 	switch {
 	case r.Context().Err() != nil:
 		// The client went away (or half-closed its connection): it is never
 		// admitted, and the handler never runs. Without a status written
 		// here net/http would answer an implicit 200.
-		m.deny(w, r, Denial{Status: StatusClientClosedRequest, Policy: m.l.Name(), Result: res, Err: context.Cause(r.Context()),
+		m.deny(w, r, Denial{Status: StatusClientClosedRequest, Name: m.l.Name(), Result: res, Err: context.Cause(r.Context()),
 			Detail: "client closed request"})
 	case err == nil:
 		m.hv.setLimitHeaders(w.Header(), res, m.draft)
@@ -290,17 +289,17 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			next.ServeHTTP(w, r)
 		case n > res.Limit:
 			w.Header().Del(HeaderRetryAfter)
-			m.deny(w, r, Denial{Status: http.StatusRequestEntityTooLarge, Policy: m.l.Name(), Result: res,
+			m.deny(w, r, Denial{Status: http.StatusRequestEntityTooLarge, Name: m.l.Name(), Result: res,
 				Detail: fmt.Sprintf("request cost %d exceeds the limit %d", n, res.Limit)})
 		default:
 			secs := retryAfterSeconds(res.RetryAfter)
-			m.deny(w, r, Denial{Status: http.StatusTooManyRequests, Policy: m.l.Name(), Result: res,
+			m.deny(w, r, Denial{Status: http.StatusTooManyRequests, Name: m.l.Name(), Result: res,
 				Detail: "rate limit exceeded: retry in " + plural(secs, "second")})
 		}
-	case errors.Is(err, ErrInvalidKey):
+	case errors.Is(err, fleetlimit.ErrInvalidKey):
 		m.keyError(next, w, r, err)
-	case errors.Is(err, ErrInvalidCost), errors.Is(err, ErrClockOutOfRange):
-		m.deny(w, r, Denial{Status: http.StatusInternalServerError, Policy: m.l.Name(), Err: err,
+	case errors.Is(err, fleetlimit.ErrInvalidCost), errors.Is(err, fleetlimit.ErrClockOutOfRange):
+		m.deny(w, r, Denial{Status: http.StatusInternalServerError, Name: m.l.Name(), Err: err,
 			Detail: "rate limiter misconfigured"})
 	default:
 		// Degraded: the store did not decide (or the client went away).
@@ -311,7 +310,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 		secs := retryAfterSeconds(res.RetryAfter)
 		w.Header().Set(HeaderRetryAfter, strconv.FormatInt(secs, 10))
-		m.deny(w, r, Denial{Status: http.StatusServiceUnavailable, Policy: m.l.Name(), Result: res, Err: err,
+		m.deny(w, r, Denial{Status: http.StatusServiceUnavailable, Name: m.l.Name(), Result: res, Err: err,
 			Detail: "rate limiter unavailable: retry in " + plural(secs, "second")})
 	}
 }
@@ -322,7 +321,7 @@ func (m *middleware) keyError(next http.Handler, w http.ResponseWriter, r *http.
 		next.ServeHTTP(w, r)
 		return
 	}
-	m.deny(w, r, Denial{Status: http.StatusBadRequest, Policy: m.l.Name(), Err: err, Detail: err.Error()})
+	m.deny(w, r, Denial{Status: http.StatusBadRequest, Name: m.l.Name(), Err: err, Detail: err.Error()})
 }
 
 // statusText is http.StatusText, knowing StatusClientClosedRequest too.
