@@ -33,7 +33,7 @@ func (b *bench) results() string {
 	p("## Machine and versions\n\n")
 	rows := [][]string{
 		{"CPU", fmt.Sprintf("%s, %d cores (GOMAXPROCS %d)", b.meta.cpu, b.meta.cores, b.meta.cores)},
-		{"Memory, kernel", fmt.Sprintf("%s, Linux %s, clock source %s: one time.Now costs %.0f ns of CPU", b.meta.memTotal, b.meta.kernel, strings.TrimSpace(readFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")), b.meta.nowCost)},
+		{"Memory, kernel", fmt.Sprintf("%s, Linux %s, clock source %s: one time.Now costs %.0f ns of CPU", b.meta.memTotal, b.meta.kernel, b.meta.clock, b.meta.nowCost)},
 		{"Go", b.meta.goVersion},
 		{"Redis", fmt.Sprintf("%s (%s), on loopback, no persistence, started by the benchmark", b.serverInfo["redis_version"], b.serverInfo["mem_allocator"])},
 		{"Other processes in this machine", fmt.Sprintf("kept %.2f cores busy during the measured cells (median per cell; max %.2f). Load from outside this virtual machine is not visible here: it shows as rounds in which every contender, and its CPU time per decision, is slower", b.othersMedian(), b.othersMax())},
