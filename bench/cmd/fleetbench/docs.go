@@ -169,13 +169,9 @@ func (b *bench) docConcurrency(w *strings.Builder) {
 		last := gs[len(gs)-1]
 		if s := last.get("fl-tb"); s != nil {
 			t := s.totals()
-			var others []float64
-			for _, x := range s.samples {
-				others = append(others, x.others)
-			}
 			fmt.Fprintf(w, "Here the limit came early: at %d goroutines fleetlimit's token bucket kept redis-server %.2f cores busy and the calling Go process %.2f, while other processes on the machine took %.2f of its %d cores; "+
 				"each decision costs about %.0f µs of CPU in total (%.0f in Redis, %.0f in the caller), so the cores were spent rather than Redis alone. ",
-				last.sc.g, t.cpuUtil(), t.clientCPU.Seconds()/t.elapsed.Seconds(), median(others), b.meta.cores,
+				last.sc.g, t.cpuUtil(), t.clientCPU.Seconds()/t.elapsed.Seconds(), medianOf(s.samples, func(x sample) float64 { return x.others }), b.meta.cores,
 				t.cpuPerDecision()*1e6+t.per(float64(t.clientCPU))/1e3, t.cpuPerDecision()*1e6, t.per(float64(t.clientCPU))/1e3)
 		}
 	}
