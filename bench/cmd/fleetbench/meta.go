@@ -25,7 +25,7 @@ type meta struct {
 	nowCost   float64 // CPU ns per time.Now call on this machine
 }
 
-type modVersion struct{ path, version string }
+type modVersion struct{ Path, Version string }
 
 // measuredModules are the libraries whose versions RESULTS.md names.
 var measuredModules = []string{

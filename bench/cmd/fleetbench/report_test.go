@@ -26,9 +26,13 @@ func TestReportGolden(t *testing.T) {
 	}{{"full", syntheticBench(false)}, {"sparse", syntheticBench(true)}, {"empty", emptyBench()}} {
 		for _, doc := range []struct {
 			name   string
-			render func() string
+			render func() (string, error)
 		}{{"results", c.b.results}, {"performance", c.b.performanceDoc}} {
-			golden(t, filepath.Join("testdata", c.name+"-"+doc.name+".golden.md"), doc.render())
+			got, err := doc.render()
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, filepath.Join("testdata", c.name+"-"+doc.name+".golden.md"), got)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -148,20 +147,6 @@ func fmtF(x float64, prec int) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.*f", prec, x)
-}
-
-// table renders a markdown table.
-func table(header []string, rows [][]string) string {
-	var b strings.Builder
-	b.WriteString("| " + strings.Join(header, " | ") + " |\n|")
-	for range header {
-		b.WriteString("---|")
-	}
-	b.WriteString("\n")
-	for _, r := range rows {
-		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
-	}
-	return b.String()
 }
 
 // othersMedian and othersMax summarise the load that other processes put on
