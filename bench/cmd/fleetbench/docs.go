@@ -92,17 +92,13 @@ func (b *bench) guideUsers(p *guidePage) {
 		return
 	}
 	p.UsersSpeed = &table{Header: []string{"users"}}
-	for _, id := range usersContenders {
-		if s := us[0].get(id); s != nil {
-			p.UsersSpeed.Header = append(p.UsersSpeed.Header, s.c.name)
-		}
+	for _, s := range us[0].among(usersContenders) {
+		p.UsersSpeed.Header = append(p.UsersSpeed.Header, s.c.name)
 	}
 	for _, sc := range us {
 		row := []string{fmt.Sprintf("%d", sc.sc.users)}
-		for _, id := range usersContenders {
-			if s := sc.get(id); s != nil {
-				row = append(row, fmtRate(s.rate()))
-			}
+		for _, s := range sc.among(usersContenders) {
+			row = append(row, fmtRate(s.rate()))
 		}
 		p.UsersSpeed.Rows = append(p.UsersSpeed.Rows, row)
 	}
@@ -139,17 +135,13 @@ func (b *bench) guideConcurrency(p *guidePage) {
 		return
 	}
 	p.Concurrency = &table{Header: []string{"goroutines"}}
-	for _, id := range sweepContenders {
-		if s := gs[0].get(id); s != nil {
-			p.Concurrency.Header = append(p.Concurrency.Header, s.c.name+" decisions/s", "p50 µs", "Redis cores")
-		}
+	for _, s := range gs[0].among(sweepContenders) {
+		p.Concurrency.Header = append(p.Concurrency.Header, s.c.name+" decisions/s", "p50 µs", "Redis cores")
 	}
 	for _, sc := range gs {
 		row := []string{fmt.Sprint(sc.sc.g)}
-		for _, id := range sweepContenders {
-			if s := sc.get(id); s != nil {
-				row = append(row, fmtRate(s.rate()), fmtUs(s.quantile(0.5)), fmtF(s.totals().cpuUtil(), 2))
-			}
+		for _, s := range sc.among(sweepContenders) {
+			row = append(row, fmtRate(s.rate()), fmtUs(s.quantile(0.5)), fmtF(s.totals().cpuUtil(), 2))
 		}
 		p.Concurrency.Rows = append(p.Concurrency.Rows, row)
 	}

@@ -305,19 +305,15 @@ func (b *bench) sweepTables(p *resultsPage) {
 			return nil
 		}
 		header := []string{first}
-		for _, id := range ids {
-			if s := scs[0].get(id); s != nil {
-				header = append(header, s.c.name+" decisions/s", "p50 µs")
-			}
+		for _, s := range scs[0].among(ids) {
+			header = append(header, s.c.name+" decisions/s", "p50 µs")
 		}
 		header = append(header, ratioOf[0]+" vs "+ratioOf[1])
 		var rows [][]string
 		for _, sc := range scs {
 			row := []string{strings.Fields(sc.sc.label)[0]}
-			for _, id := range ids {
-				if s := sc.get(id); s != nil {
-					row = append(row, fmtRate(s.rate()), fmtUs(s.quantile(0.5)))
-				}
+			for _, s := range sc.among(ids) {
+				row = append(row, fmtRate(s.rate()), fmtUs(s.quantile(0.5)))
 			}
 			a, o := sc.get(ratioOf[0]), sc.get(ratioOf[1])
 			if a != nil && o != nil {
