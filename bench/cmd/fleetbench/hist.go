@@ -3,7 +3,6 @@ package main
 import (
 	"math"
 	"math/bits"
-	"slices"
 	"time"
 )
 
@@ -72,19 +71,4 @@ func (h *hist) quantile(q float64) time.Duration {
 		}
 	}
 	return time.Duration(bucketValue(histBuckets - 1))
-}
-
-// median returns the median of xs (the mean of the middle two for an even
-// count); NaN for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

@@ -45,15 +45,3 @@ func TestQuantile(t *testing.T) {
 		t.Errorf("empty histogram has a median")
 	}
 }
-
-func TestMedian(t *testing.T) {
-	if got := median([]float64{3, 1, 2}); got != 2 {
-		t.Errorf("median of 3,1,2 = %v", got)
-	}
-	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
-		t.Errorf("median of 4,1,3,2 = %v", got)
-	}
-	if !math.IsNaN(median(nil)) {
-		t.Errorf("median of nothing is a number")
-	}
-}

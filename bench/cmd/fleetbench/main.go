@@ -106,21 +106,19 @@ func run(cfg config) int {
 	b.finished = time.Now()
 	b.meta.loadEnd = loadAvg()
 
-	if err := os.WriteFile(cfg.out, []byte(b.results()), 0o644); err != nil {
+	if err := writeDoc(cfg.out, b.results); err != nil {
 		log.Print(err)
 		return 1
 	}
-	log.Printf("wrote %s", cfg.out)
 	if cfg.docs != "" && !cfg.skipRedis && !cfg.skipInproc {
 		if err := os.MkdirAll(filepath.Dir(cfg.docs), 0o755); err != nil {
 			log.Print(err)
 			return 1
 		}
-		if err := os.WriteFile(cfg.docs, []byte(b.performanceDoc()), 0o644); err != nil {
+		if err := writeDoc(cfg.docs, b.performanceDoc); err != nil {
 			log.Print(err)
 			return 1
 		}
-		log.Printf("wrote %s", cfg.docs)
 	}
 	failed := 0
 	for _, c := range b.checks {
@@ -134,6 +132,19 @@ func run(cfg config) int {
 	}
 	log.Printf("all %d set-up checks passed in %v", len(b.checks), b.finished.Sub(b.started).Round(time.Second))
 	return 0
+}
+
+// writeDoc renders a document and writes it to path.
+func writeDoc(path string, render func() (string, error)) error {
+	text, err := render()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return err
+	}
+	log.Printf("wrote %s", path)
+	return nil
 }
 
 var goroutineCounts = []int{1, 8, 64}

@@ -16,6 +16,7 @@ type meta struct {
 	cpu       string
 	cores     int
 	kernel    string
+	clock     string // the kernel's clock source, which sets what time.Now costs
 	memTotal  string
 	loadStart string
 	loadEnd   string
@@ -24,7 +25,7 @@ type meta struct {
 	nowCost   float64 // CPU ns per time.Now call on this machine
 }
 
-type modVersion struct{ path, version string }
+type modVersion struct{ Path, Version string }
 
 // measuredModules are the libraries whose versions RESULTS.md names.
 var measuredModules = []string{
@@ -44,6 +45,7 @@ func collectMeta() meta {
 		cpu:       cpuModel(),
 		cores:     runtime.NumCPU(),
 		kernel:    strings.TrimSpace(readFile("/proc/sys/kernel/osrelease")),
+		clock:     strings.TrimSpace(readFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")),
 		memTotal:  procField("/proc/meminfo", "MemTotal"),
 		loadStart: loadAvg(),
 		commit:    gitCommit(),

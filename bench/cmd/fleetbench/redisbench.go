@@ -48,6 +48,18 @@ func (r *scenarioResult) get(id string) *series {
 	return nil
 }
 
+// among returns r's series for ids, in the order of ids, leaving out the
+// contenders that did not take part.
+func (r *scenarioResult) among(ids []string) []*series {
+	var ss []*series
+	for _, id := range ids {
+		if s := r.get(id); s != nil {
+			ss = append(ss, s)
+		}
+	}
+	return ss
+}
+
 // bench holds the run's configuration, its server and everything measured.
 type bench struct {
 	cfg          config

@@ -3,32 +3,57 @@ package main
 import (
 	"fmt"
 	"math"
-	"strings"
+	"slices"
 	"time"
 )
 
-func (s *series) rates() []float64 {
-	xs := make([]float64, len(s.samples))
-	for i, x := range s.samples {
-		xs[i] = x.rate()
+// median returns the median of xs (the mean of the middle two for an even
+// count); NaN for none. xs is not reordered. Every figure the harness
+// reports over rounds or over sampled keys is a median taken here.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
 	}
-	return xs
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
-func (s *series) rate() float64 { return median(s.rates()) }
+// medianOf is the median of f over xs: one figure per round, then the
+// median over rounds. NaN when xs is empty.
+func medianOf[T any](xs []T, f func(T) float64) float64 {
+	ys := make([]float64, len(xs))
+	for i, x := range xs {
+		ys[i] = f(x)
+	}
+	return median(ys)
+}
+
+// pairedMedian is the median over rounds of f(a[i], b[i]), over the rounds
+// both have: comparing two contenders within each round cancels drift in
+// the machine's load. NaN when either is empty.
+func pairedMedian[T any](a, b []T, f func(a, b T) float64) float64 {
+	ys := make([]float64, min(len(a), len(b)))
+	for i := range ys {
+		ys[i] = f(a[i], b[i])
+	}
+	return median(ys)
+}
+
+// rate is the median over rounds of decisions/s.
+func (s *series) rate() float64 { return medianOf(s.samples, sample.rate) }
 
 // ratio is the median over rounds of s's decisions/s over o's in the same
-// round: pairing rounds cancels drift in the machine's load.
+// round.
 func (s *series) ratio(o *series) float64 {
 	if o == nil {
 		return math.NaN()
 	}
-	n := min(len(s.samples), len(o.samples))
-	xs := make([]float64, n)
-	for i := range n {
-		xs[i] = s.samples[i].rate() / o.samples[i].rate()
-	}
-	return median(xs)
+	return pairedMedian(s.samples, o.samples, func(a, b sample) float64 { return a.rate() / b.rate() })
 }
 
 // bestQuantile is the lowest q-quantile of any round: the latency of the
@@ -41,22 +66,16 @@ func (s *series) bestQuantile(q float64) time.Duration {
 	return best
 }
 
+// quantile is the median over rounds of each round's q-quantile.
 func (s *series) quantile(q float64) time.Duration {
-	xs := make([]float64, len(s.samples))
-	for i, x := range s.samples {
-		xs[i] = float64(x.hist.quantile(q))
-	}
-	return time.Duration(median(xs))
+	return time.Duration(medianOf(s.samples, func(x sample) float64 { return float64(x.hist.quantile(q)) }))
 }
 
 // latencyGap is the median over rounds of s's q-quantile minus o's.
 func (s *series) latencyGap(o *series, q float64) time.Duration {
-	n := min(len(s.samples), len(o.samples))
-	xs := make([]float64, n)
-	for i := range n {
-		xs[i] = float64(s.samples[i].hist.quantile(q) - o.samples[i].hist.quantile(q))
-	}
-	return time.Duration(median(xs))
+	return time.Duration(pairedMedian(s.samples, o.samples, func(a, b sample) float64 {
+		return float64(a.hist.quantile(q) - b.hist.quantile(q))
+	}))
 }
 
 type totals struct {
@@ -128,20 +147,6 @@ func fmtF(x float64, prec int) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.*f", prec, x)
-}
-
-// table renders a markdown table.
-func table(header []string, rows [][]string) string {
-	var b strings.Builder
-	b.WriteString("| " + strings.Join(header, " | ") + " |\n|")
-	for range header {
-		b.WriteString("---|")
-	}
-	b.WriteString("\n")
-	for _, r := range rows {
-		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
-	}
-	return b.String()
 }
 
 // othersMedian and othersMax summarise the load that other processes put on

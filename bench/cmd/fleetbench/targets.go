@@ -36,27 +36,23 @@ func (b *bench) inprocOf(id string) *inprocResult {
 }
 
 func (r *inprocResult) ns(g int) float64 {
-	var xs []float64
-	for _, s := range r.samples[g] {
-		xs = append(xs, s.nsPerOp)
-	}
-	return median(xs)
+	return medianOf(r.samples[g], func(s inprocSample) float64 { return s.nsPerOp })
 }
 
 func (r *inprocResult) cpuNs(g int) float64 {
-	var xs []float64
-	for _, s := range r.samples[g] {
-		xs = append(xs, s.cpuNsPerOp)
-	}
-	return median(xs)
+	return medianOf(r.samples[g], func(s inprocSample) float64 { return s.cpuNsPerOp })
 }
 
 func (r *inprocResult) blocked(g int) float64 {
-	var xs []float64
-	for _, s := range r.samples[g] {
-		xs = append(xs, s.blocked)
-	}
-	return median(xs)
+	return medianOf(r.samples[g], func(s inprocSample) float64 { return s.blocked })
+}
+
+func (r *inprocResult) allocs(g int) float64 {
+	return medianOf(r.samples[g], func(s inprocSample) float64 { return s.allocsPerOp })
+}
+
+func (r *inprocResult) bytes(g int) float64 {
+	return medianOf(r.samples[g], func(s inprocSample) float64 { return s.bytesPerOp })
 }
 
 // projectedSpeedup is what g goroutines on g otherwise idle cores would
@@ -66,54 +62,28 @@ func (r *inprocResult) blocked(g int) float64 {
 // g-goroutine runs made back to back. Wall-time speed-ups cannot be measured
 // while other processes hold the cores; this can, roughly.
 func (r *inprocResult) projectedSpeedup(g int) float64 {
-	n := min(len(r.samples[1]), len(r.samples[g]))
-	xs := make([]float64, n)
-	for i := range n {
-		one, many := r.samples[1][i], r.samples[g][i]
-		xs[i] = float64(g) * one.cpuNsPerOp / many.cpuNsPerOp * (1 - many.blocked)
-	}
-	return median(xs)
+	return pairedMedian(r.samples[1], r.samples[g], func(one, many inprocSample) float64 {
+		return float64(g) * one.cpuNsPerOp / many.cpuNsPerOp * (1 - many.blocked)
+	})
 }
 
 // wallSpeedup is the median over rounds of the wall-time speed-up from 1 to
 // g goroutines.
 func (r *inprocResult) wallSpeedup(g int) float64 {
-	n := min(len(r.samples[1]), len(r.samples[g]))
-	xs := make([]float64, n)
-	for i := range n {
-		xs[i] = r.samples[1][i].nsPerOp / r.samples[g][i].nsPerOp
-	}
-	return median(xs)
+	return pairedMedian(r.samples[1], r.samples[g], func(one, many inprocSample) float64 {
+		return one.nsPerOp / many.nsPerOp
+	})
 }
 
-func (r *inprocResult) allocs(g int) float64 {
-	var xs []float64
-	for _, s := range r.samples[g] {
-		xs = append(xs, s.allocsPerOp)
-	}
-	return median(xs)
-}
-
-func (r *inprocResult) bytes(g int) float64 {
-	var xs []float64
-	for _, s := range r.samples[g] {
-		xs = append(xs, s.bytesPerOp)
-	}
-	return median(xs)
-}
-
-// speedup is the median over rounds of o's ns/op over r's at g goroutines:
-// above 1, r is faster.
-func (r *inprocResult) speedup(o *inprocResult, g int) float64 {
+// cpuSpeedup is the median over rounds of o's CPU ns/op over r's at g
+// goroutines: above 1, r is faster.
+func (r *inprocResult) cpuSpeedup(o *inprocResult, g int) float64 {
 	if o == nil {
 		return math.NaN()
 	}
-	n := min(len(r.samples[g]), len(o.samples[g]))
-	xs := make([]float64, n)
-	for i := range n {
-		xs[i] = o.samples[g][i].nsPerOp / r.samples[g][i].nsPerOp
-	}
-	return median(xs)
+	return pairedMedian(r.samples[g], o.samples[g], func(mine, theirs inprocSample) float64 {
+		return theirs.cpuNsPerOp / mine.cpuNsPerOp
+	})
 }
 
 // atLeast judges got >= want (a ratio); the verdict says how far short.
@@ -298,18 +268,4 @@ func (b *bench) memUsage(id string) float64 {
 		}
 	}
 	return math.NaN()
-}
-
-// cpuSpeedup is the median over rounds of o's CPU ns/op over r's at g
-// goroutines: above 1, r is faster.
-func (r *inprocResult) cpuSpeedup(o *inprocResult, g int) float64 {
-	if o == nil {
-		return math.NaN()
-	}
-	n := min(len(r.samples[g]), len(o.samples[g]))
-	xs := make([]float64, n)
-	for i := range n {
-		xs[i] = o.samples[g][i].cpuNsPerOp / r.samples[g][i].cpuNsPerOp
-	}
-	return median(xs)
 }
