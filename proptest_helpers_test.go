@@ -128,11 +128,15 @@ const (
 )
 
 // propBackends returns the stores to run on: "memory", "miniredis", "redis"
-// (the real server that ./test.sh starts), all three when none is named.
+// (the real server that ./test.sh starts), all three when none is named —
+// the real one only when the environment names it (redistest.HaveReal).
 func propBackends(t *testing.T, names ...string) []propBackend {
 	t.Helper()
 	if len(names) == 0 {
-		names = []string{"memory", "miniredis", "redis"}
+		names = []string{"memory", "miniredis"}
+		if redistest.HaveReal(t) {
+			names = append(names, "redis")
+		}
 	}
 	var bs []propBackend
 	for _, name := range names {

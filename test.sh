@@ -99,6 +99,9 @@ FLEETLIMIT_REDIS_CLUSTER_ADDRS=$(IFS=,; echo "${cluster[*]}")
 export FLEETLIMIT_REDIS_CLUSTER_ADDRS
 echo "test.sh: redis cluster (3 masters) on $FLEETLIMIT_REDIS_CLUSTER_ADDRS"
 
+# Tests that need a real server fail, rather than skip, without one.
+export FLEETLIMIT_REQUIRE_REDIS=1
+
 race=-race
 [ "${NORACE:-}" = 1 ] && race=
 if [ $# -gt 0 ]; then

@@ -178,7 +178,7 @@ func TestRegistry(t *testing.T) {
 }
 
 // Decide on an invalid strategy reports its configuration error; it never
-// divides by zero (found by review: TokenBucket(0, ...).Decide panicked).
+// divides by zero (TokenBucket(0, ...) has a zero rate).
 func TestDecideOnInvalidStrategy(t *testing.T) {
 	for _, s := range []algorithm.Strategy{
 		algorithm.TokenBucket(0, time.Second, 1),

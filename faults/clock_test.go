@@ -69,9 +69,9 @@ func TestClockSkewSlidingLog(t *testing.T) {
 }
 
 // Fixed window, two clocks straddling a window edge (one 1s before it, one
-// 1s after) and taking turns: each used to reopen the window the other had
-// left, so the pair admitted without limit. Time now never runs backwards for
-// a key: the behind clock joins the newer window. Limit 2: one in the old
+// 1s after) and taking turns: if each could reopen the window the other had
+// left, the pair would admit without limit. Time never runs backwards for a
+// key: the behind clock joins the newer window. Limit 2: one in the old
 // window, two in the new, then nothing.
 func TestClockSkewFixedWindow(t *testing.T) {
 	edge := time.Date(2026, 1, 1, 0, 31, 0, 0, time.UTC)

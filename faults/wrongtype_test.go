@@ -40,8 +40,8 @@ func TestWrongType(t *testing.T) {
 			func(c redis.UniversalClient, k string) (any, error) { return c.Get(bg, k).Result() },
 		},
 		// A sorted set whose members are not the sliding log's, and strings
-		// that Lua's tonumber alone would have read as numbers (found by
-		// review: "inf" made a token bucket deny for ever, with no TTL).
+		// that Lua's tonumber alone would read as numbers ("inf" would make
+		// a token bucket deny for ever, with no TTL).
 		"zset": {
 			func(c redis.UniversalClient, k string) error {
 				return c.ZAdd(bg, k, redis.Z{Score: 1e18, Member: "x"}).Err()

@@ -106,7 +106,7 @@ func TestKeyByClientIP(t *testing.T) {
 			request("10.1.2.3:5555", "X-Forwarded-For", "192.0.2.99, 198.51.100.1", "X-Forwarded-For", "10.9.9.9 ,10.8.8.8"), "198.51.100.1"},
 		{"every hop trusted: the leftmost", proxied, request("10.1.2.3:5555", "X-Forwarded-For", "10.7.7.7, 10.8.8.8"), "10.7.7.7"},
 		{"a trusted proxy without the header is itself the client", proxied, request("10.1.2.3:5555"), "10.1.2.3"},
-		{"a trusted proxy given as an IPv4-mapped prefix matches (found by review)", mapped,
+		{"a trusted proxy given as an IPv4-mapped prefix matches", mapped,
 			request("[::ffff:10.0.0.5]:443", "X-Forwarded-For", "198.51.100.1"), "198.51.100.1"},
 		{"ports and brackets", proxied, request("[2001:db8:ffff::1]:443", "X-Forwarded-For", "[2001:db8:1:2:3:4:5:6]:8080"), "2001:db8:1:2::/64"},
 		{"garbage from a trusted hop is an error", proxied, request("10.1.2.3:5555", "X-Forwarded-For", "198.51.100.1, not-an-ip"), ""},

@@ -175,9 +175,9 @@ func isTimeout(err error) bool {
 // sleeps for 1.5s; the one slot's holder gives up at 100ms, which hands the
 // queue — "short" (400ms), "long" (5s), "none" (no deadline) — to be sent
 // as one batch. "short" must return at its own deadline, not when Redis
-// wakes; "none" must get its decision once Redis wakes. (Found by review:
-// the batch was once sent by its first queued caller, "short", and bounded
-// by the latest deadline in it, while callers without one were skipped.)
+// wakes; "none" must get its decision once Redis wakes: a batch sent by its
+// first queued caller and bounded by the latest deadline in it would fail
+// both.
 func TestPipelineCallersKeepTheirOwnDeadlines(t *testing.T) {
 	srv := redistest.StartServer(t, "--enable-debug-command", "yes")
 	c := srv.Client()

@@ -15,8 +15,8 @@ import (
 // Cluster's master addresses, comma-separated, as ./test.sh exports them.
 const ClusterAddrsEnv = "FLEETLIMIT_REDIS_CLUSTER_ADDRS"
 
-// ClusterAddrs returns the real cluster's master addresses, failing the test
-// when the environment does not name them.
+// ClusterAddrs returns the real cluster's master addresses; when the
+// environment does not name them the test skips (fails under RequireEnv).
 func ClusterAddrs(t testing.TB) []string {
 	t.Helper()
 	var addrs []string
@@ -26,7 +26,7 @@ func ClusterAddrs(t testing.TB) []string {
 		}
 	}
 	if len(addrs) == 0 {
-		t.Fatalf("%s is not set: run the tests with ./test.sh, which starts a throwaway 3-master Redis Cluster", ClusterAddrsEnv)
+		missing(t, "%s is not set: run ./test.sh, which starts a throwaway 3-master Redis Cluster", ClusterAddrsEnv)
 	}
 	return addrs
 }

@@ -2,8 +2,11 @@
 // embedded miniredis, and the real redis-server that the README's test
 // command (./test.sh) starts and names in FLEETLIMIT_REDIS_ADDR.
 //
-// Tests that need the real server fail, never skip, when it is missing: a
-// green run means the real server was exercised.
+// A test that needs a real server skips, with a one-line reason, when the
+// environment names none — unless FLEETLIMIT_REQUIRE_REDIS=1, which the
+// README's test command sets: then it fails, so that a green ./test.sh means
+// the real servers were exercised, and plain `go test ./...` passes
+// anywhere on miniredis alone.
 package redistest
 
 import (
@@ -31,15 +34,42 @@ func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 	return m, c
 }
 
-// RealAddr returns the real server's address, failing the test when the
-// environment does not name one.
+// RequireEnv names the environment variable that turns a missing real
+// server from a skip into a failure ("1").
+const RequireEnv = "FLEETLIMIT_REQUIRE_REDIS"
+
+// missing skips the test, or fails it when RequireEnv is "1".
+func missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// RealAddr returns the real server's address; when the environment does not
+// name one the test skips (fails under RequireEnv).
 func RealAddr(t testing.TB) string {
 	t.Helper()
 	addr := os.Getenv(AddrEnv)
 	if addr == "" {
-		t.Fatalf("%s is not set: run the tests with ./test.sh, which starts a throwaway redis-server", AddrEnv)
+		missing(t, "%s is not set: run ./test.sh, which starts a throwaway redis-server", AddrEnv)
 	}
 	return addr
+}
+
+// HaveReal reports whether the environment names a real server. Under
+// RequireEnv a missing one fails the test. For tests that run over every
+// store and add the real one when it is there.
+func HaveReal(t testing.TB) bool {
+	t.Helper()
+	if os.Getenv(AddrEnv) != "" {
+		return true
+	}
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("%s is not set although %s=1", AddrEnv, RequireEnv)
+	}
+	return false
 }
 
 // Real returns a client for the real redis-server, failing the test if it is

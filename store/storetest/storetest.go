@@ -11,14 +11,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/google/uuid"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -55,12 +54,46 @@ func Run(t *testing.T, open Open) {
 	}
 }
 
-func prefix() string { return "st:" + uuid.NewString()[:8] + ":" }
+func prefix() string { return fmt.Sprintf("st:%016x:", rand.Uint64()) }
+
+// noError fails the test if err is not nil; msg is a format and its
+// arguments.
+func noError(t *testing.T, err error, msg ...any) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%sunexpected error: %v", prefixed(msg), err)
+	}
+}
+
+// equal fails the test unless want and got are deeply equal.
+func equal(t *testing.T, want, got any, msg ...any) {
+	t.Helper()
+	if !reflect.DeepEqual(want, got) {
+		t.Fatalf("%swant %+v, got %+v", prefixed(msg), want, got)
+	}
+}
+
+// isTrue fails the test unless cond holds.
+func isTrue(t *testing.T, cond bool, msg ...any) {
+	t.Helper()
+	if !cond {
+		t.Fatalf("%scondition does not hold", prefixed(msg))
+	}
+}
+
+// prefixed formats msg (a format and its arguments) as "msg: ".
+func prefixed(msg []any) string {
+	if len(msg) == 0 {
+		return ""
+	}
+	format, _ := msg[0].(string)
+	return fmt.Sprintf(format, msg[1:]...) + ": "
+}
 
 func decide(t *testing.T, s store.Store, req store.Request) algorithm.Decision {
 	t.Helper()
 	d, err := s.Decide(context.Background(), req)
-	require.NoError(t, err)
+	noError(t, err)
 	return d
 }
 
@@ -82,9 +115,9 @@ func testMatchesGoRule(t *testing.T, s store.Store) {
 				n = limit + 1
 			}
 			want, err := strat.Decide(st, now, n)
-			require.NoError(t, err)
+			noError(t, err)
 			got := decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "k", N: n, Now: now})
-			require.Equal(t, want, got, "%s step %d at %v n=%d", e.Name, i, now.Sub(T0), n)
+			equal(t, want, got, "%s step %d at %v n=%d", e.Name, i, now.Sub(T0), n)
 		}
 	}
 }
@@ -92,8 +125,8 @@ func testMatchesGoRule(t *testing.T, s store.Store) {
 // testClockBehindAfterEviction replays a timeline found by the twin property
 // test: a denied request at a later time evicts old units, then a clock
 // behind is judged at the newest admission's instant, where units already
-// exist. Every admission must still count (the Lua twin once reused member
-// names there, and ZADD overwrote two units).
+// exist. Every admission must still count (a Lua twin that reused member
+// names there would let ZADD overwrite two units).
 func testClockBehindAfterEviction(t *testing.T, s store.Store) {
 	strat := algorithm.SlidingWindowLog(7, 5*time.Minute)
 	st := strat.NewState()
@@ -111,9 +144,9 @@ func testClockBehindAfterEviction(t *testing.T, s store.Store) {
 	} {
 		now := T0.Add(x.at)
 		want, err := strat.Decide(st, now, x.n)
-		require.NoError(t, err)
+		noError(t, err)
 		got := decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "k", N: x.n, Now: now})
-		require.Equal(t, want, got, "step %d", i)
+		equal(t, want, got, "step %d", i)
 	}
 }
 
@@ -132,8 +165,8 @@ func testAdmittedCounts(t *testing.T, s store.Store) {
 			}
 			return admitted
 		}
-		require.Equal(t, 5, count(T0.Add(time.Second)), e.Name)
-		require.Equal(t, 5, count(T0.Add(time.Minute+time.Second)), e.Name)
+		equal(t, 5, count(T0.Add(time.Second)), e.Name)
+		equal(t, 5, count(T0.Add(time.Minute+time.Second)), e.Name)
 	}
 }
 
@@ -144,19 +177,19 @@ func testValues(t *testing.T, s store.Store) {
 		return decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "v", N: n, Now: T0.Add(at)})
 	}
 	log := algorithm.SlidingWindowLog(2, time.Minute)
-	require.Equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: time.Minute}, req(log, 0, 1))
-	require.Equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: time.Minute}, req(log, 10*time.Second, 1))
+	equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: time.Minute}, req(log, 0, 1))
+	equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: time.Minute}, req(log, 10*time.Second, 1))
 	// The unit from 0 leaves at 60s (50s from now); the key is full at 70s.
-	require.Equal(t, algorithm.Decision{Limit: 2, RetryAfter: 50 * time.Second, ResetAfter: time.Minute}, req(log, 10*time.Second, 1))
+	equal(t, algorithm.Decision{Limit: 2, RetryAfter: 50 * time.Second, ResetAfter: time.Minute}, req(log, 10*time.Second, 1))
 
 	bucket := algorithm.TokenBucket(1, 10*time.Second, 2)
-	require.Equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 20 * time.Second}, req(bucket, 0, 2))
+	equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 20 * time.Second}, req(bucket, 0, 2))
 	// 0.5 tokens after 5s: the other half takes 5s more; full at 20s.
-	require.Equal(t, algorithm.Decision{Limit: 2, RetryAfter: 5 * time.Second, ResetAfter: 15 * time.Second}, req(bucket, 5*time.Second, 1))
+	equal(t, algorithm.Decision{Limit: 2, RetryAfter: 5 * time.Second, ResetAfter: 15 * time.Second}, req(bucket, 5*time.Second, 1))
 
 	fixed := algorithm.FixedWindow(2, time.Minute)
-	require.Equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 15 * time.Second}, req(fixed, 45*time.Second, 2))
-	require.Equal(t, algorithm.Decision{Limit: 2, RetryAfter: 15 * time.Second, ResetAfter: 15 * time.Second}, req(fixed, 45*time.Second, 1))
+	equal(t, algorithm.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 15 * time.Second}, req(fixed, 45*time.Second, 2))
+	equal(t, algorithm.Decision{Limit: 2, RetryAfter: 15 * time.Second, ResetAfter: 15 * time.Second}, req(fixed, 45*time.Second, 1))
 }
 
 // testNeverPassable: n above the limit is a plain denial that records
@@ -166,12 +199,12 @@ func testNeverPassable(t *testing.T, s store.Store) {
 		strat := e.New(3, time.Minute)
 		p := prefix()
 		d := decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "big", N: 4, Now: T0})
-		require.False(t, d.Allowed, e.Name)
-		require.Equal(t, int64(3), d.Remaining, e.Name)
-		require.Zero(t, d.ResetAfter, "%s: the key is still full", e.Name)
-		require.Equal(t, strat.Window(), d.RetryAfter, "%s: a full key tells a never-passable request a whole window", e.Name)
+		isTrue(t, !d.Allowed, e.Name)
+		equal(t, int64(3), d.Remaining, e.Name)
+		equal(t, time.Duration(0), d.ResetAfter, "%s: the key is still full", e.Name)
+		equal(t, strat.Window(), d.RetryAfter, "%s: a full key tells a never-passable request a whole window", e.Name)
 		for i := range 3 {
-			require.True(t, decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "big", N: 1, Now: T0}).Allowed, "%s request %d", e.Name, i)
+			isTrue(t, decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "big", N: 1, Now: T0}).Allowed, "%s request %d", e.Name, i)
 		}
 	}
 }
@@ -190,8 +223,8 @@ func testIsolation(t *testing.T, s store.Store) {
 		{Strategy: fixed, Prefix: p1, Key: "a"},
 	} {
 		r.N, r.Now = 1, T0
-		require.True(t, decide(t, s, r).Allowed, "%s %s %s", r.Strategy.Name(), r.Prefix, r.Key)
-		require.False(t, decide(t, s, r).Allowed, "%s %s %s", r.Strategy.Name(), r.Prefix, r.Key)
+		isTrue(t, decide(t, s, r).Allowed, "%s %s %s", r.Strategy.Name(), r.Prefix, r.Key)
+		isTrue(t, !decide(t, s, r).Allowed, "%s %s %s", r.Strategy.Name(), r.Prefix, r.Key)
 	}
 }
 
@@ -203,11 +236,11 @@ func testOddKeys(t *testing.T, s store.Store) {
 	keys := []string{"{a}", "}{", "{}", "{", "}", "%7B", "%", "a b", "ключ", "\x00\xff", strings.Repeat("k", store.MaxKeyLen)}
 	for _, k := range keys {
 		r := store.Request{Strategy: log, Prefix: p, Key: k, N: 1, Now: T0}
-		require.True(t, decide(t, s, r).Allowed, "%q", k)
+		isTrue(t, decide(t, s, r).Allowed, "%q", k)
 	}
 	for _, k := range keys {
 		r := store.Request{Strategy: log, Prefix: p, Key: k, N: 1, Now: T0}
-		require.False(t, decide(t, s, r).Allowed, "%q must be limited by its own earlier request", k)
+		isTrue(t, !decide(t, s, r).Allowed, "%q must be limited by its own earlier request", k)
 	}
 }
 
@@ -241,16 +274,16 @@ func testConcurrent(t *testing.T, s store.Store) {
 		wg.Wait()
 		close(errs)
 		for err := range errs {
-			require.NoError(t, err, e.Name)
+			noError(t, err, e.Name)
 		}
-		require.Equal(t, int64(50), admitted.Load(), e.Name)
+		equal(t, int64(50), admitted.Load(), e.Name)
 	}
 }
 
 // testClose: Close succeeds once, then reports ErrClosed, as does Decide.
 func testClose(t *testing.T, s store.Store) {
-	require.NoError(t, s.Close())
-	require.True(t, errors.Is(s.Close(), store.ErrClosed))
+	noError(t, s.Close())
+	isTrue(t, errors.Is(s.Close(), store.ErrClosed))
 	_, err := s.Decide(context.Background(), store.Request{Strategy: algorithm.SlidingWindowLog(1, time.Minute), Prefix: prefix(), Key: "k", N: 1, Now: T0})
-	require.True(t, errors.Is(err, store.ErrClosed), "%v", err)
+	isTrue(t, errors.Is(err, store.ErrClosed), "%v", err)
 }
