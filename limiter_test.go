@@ -51,7 +51,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"prefix with brace": func() (*fleetlimit.Limiter, error) {
 			return fleetlimit.New(good, mem, fleetlimit.WithKeyPrefix("rl{x}:"))
 		},
-		"timeout 0":      func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithTimeout(0)) },
+		"timeout 0": func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithTimeout(0)) },
+		"timeout below the floor": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(good, mem, fleetlimit.WithTimeout(fleetlimit.MinTimeout-time.Microsecond))
+		},
 		"nil clock":      func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithClock(nil)) },
 		"unknown policy": func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithFailurePolicy(7)) },
 		"empty name":     func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithName("")) },
@@ -66,6 +69,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 	_, err := fleetlimit.New(algorithm.SlidingWindowLog(0, time.Minute), mem)
 	require.ErrorIs(t, err, algorithm.ErrInvalidStrategy)
+	_, err = fleetlimit.New(good, mem, fleetlimit.WithTimeout(time.Millisecond))
+	require.ErrorContains(t, err, "MinTimeout", "the error names the floor")
+	_, err = fleetlimit.New(good, mem, fleetlimit.WithTimeout(fleetlimit.MinTimeout))
+	require.NoError(t, err, "the floor itself is accepted")
 }
 
 // Bad input is an error and records nothing: the key still admits its full

@@ -2,6 +2,8 @@ package httplimit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // Middleware returns net/http middleware that charges every request to the
@@ -40,11 +43,13 @@ import (
 //     request passed): StatusClientClosedRequest (499), the handler does
 //     not run. The status is nginx's for the same case; it keeps such
 //     requests out of both the 2xx and the 5xx counts;
-//   - the key cannot be found (a KeyFunc error, or a key that is empty or
-//     longer than store.MaxKeyLen): 400 Bad Request by default, because an
-//     unidentified request let through unlimited would be a way around the
-//     limit; WithKeyErrorPassThrough lets it through instead, without
-//     headers;
+//   - the key cannot be found (a KeyFunc error, or an empty key): 400 Bad
+//     Request by default, because an unidentified request let through
+//     unlimited would be a way around the limit; WithKeyErrorPassThrough
+//     lets it through instead, without headers. A key longer than
+//     store.MaxKeyLen is not an error: it is limited under its SHA-256
+//     ("sha256:" and 43 base64url characters), so that a client cannot pad
+//     its key past the limit;
 //   - the cost cannot be found (a CostFunc error): 400 Bad Request, or 411
 //     Length Required for CostByContentLength without a length.
 //
@@ -257,6 +262,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.keyError(next, w, r, err)
 		return
 	}
+	if len(key) > store.MaxKeyLen {
+		key = hashedKey(key)
+	}
 	n := int64(1)
 	if m.cost != nil {
 		if n, err = m.cost(r); err != nil {
@@ -313,6 +321,13 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.deny(w, r, Denial{Status: http.StatusServiceUnavailable, Name: m.l.Name(), Result: res, Err: err,
 			Detail: "rate limiter unavailable: retry in " + plural(secs, "second")})
 	}
+}
+
+// hashedKey is the key under which a key longer than store.MaxKeyLen is
+// limited: "sha256:" and the digest in unpadded base64url.
+func hashedKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // keyError answers a request whose client cannot be identified.

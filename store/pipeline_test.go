@@ -72,6 +72,19 @@ func TestPipelineBatchesAndStaysExact(t *testing.T) {
 	require.Equal(t, int64(4*(500-320)), hammer(t, r, s, prefix))
 }
 
+// A client type of the user's own that embeds *redis.Client is judged by
+// the client it embeds: it honours deadlines, so its decisions are pipelined
+// and stay exact.
+func TestPipelineThroughAWrapperType(t *testing.T) {
+	c := redistest.Real(t)
+	hook := &pipelineCounter{}
+	c.AddHook(hook)
+	r := newRedis(t, struct{ *redis.Client }{c}, WithMaxInFlight(1))
+	require.NotNil(t, r.combine, "pipelining is on")
+	require.Equal(t, int64(4*320), hammer(t, r, algorithm.SlidingWindowLog(500, time.Hour), redistest.Prefix()))
+	require.Greater(t, hook.max(), 1, "concurrent decisions shared a pipeline")
+}
+
 // hammer makes 64 goroutines x 20 decisions on 4 keys and returns how many
 // were admitted.
 func hammer(t *testing.T, r *Redis, s algorithm.Strategy, prefix string) int64 {

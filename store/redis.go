@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -35,8 +36,10 @@ var _ Store = (*Redis)(nil)
 // go-redis honours context deadlines only with ContextTimeoutEnabled, so
 // NewRedis refuses a *redis.Client, *redis.ClusterClient or *redis.Ring
 // built without it; the store then uses your client's one pool and its hooks
-// (tracing, metrics). Other UniversalClient implementations are called on a
-// goroutine that the deadline abandons, and without pipelining.
+// (tracing, metrics). A type of your own that embeds a go-redis client is
+// judged by the client it embeds, and is pipelined the same way. Other
+// UniversalClient implementations are called on a goroutine that the
+// deadline abandons, and without pipelining.
 //
 // Redis is safe for concurrent use.
 type Redis struct {
@@ -101,28 +104,25 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 // ErrInvalidClient is wrapped by NewRedis's errors.
 var ErrInvalidClient = errors.New("store: invalid redis client")
 
-// honoursDeadlines reports whether client honours context deadlines (false
-// for a client type go-redis does not define), and an error for a nil client
-// or a go-redis client built without ContextTimeoutEnabled.
+// honoursDeadlines reports whether client honours context deadlines, and an
+// error for a nil client or a go-redis client built without
+// ContextTimeoutEnabled. A client is recognised by its Options method, so a
+// type that embeds *redis.Client (or a ClusterClient or Ring) is judged by
+// the client it embeds; a client with no such method reports false.
 func honoursDeadlines(client redis.UniversalClient) (bool, error) {
+	if client == nil {
+		return false, fmt.Errorf("%w: nil client", ErrInvalidClient)
+	}
+	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
+		return false, fmt.Errorf("%w: nil %T", ErrInvalidClient, client)
+	}
 	var enabled bool
 	switch c := client.(type) {
-	case nil:
-		return false, fmt.Errorf("%w: nil client", ErrInvalidClient)
-	case *redis.Client:
-		if c == nil {
-			return false, fmt.Errorf("%w: nil *redis.Client", ErrInvalidClient)
-		}
+	case interface{ Options() *redis.Options }:
 		enabled = c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		if c == nil {
-			return false, fmt.Errorf("%w: nil *redis.ClusterClient", ErrInvalidClient)
-		}
+	case interface{ Options() *redis.ClusterOptions }:
 		enabled = c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		if c == nil {
-			return false, fmt.Errorf("%w: nil *redis.Ring", ErrInvalidClient)
-		}
+	case interface{ Options() *redis.RingOptions }:
 		enabled = c.Options().ContextTimeoutEnabled
 	default:
 		return false, nil
@@ -171,10 +171,17 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 		reply, err = r.runAbandonable(ctx, script, keys, args)
 	}
 	if err != nil {
-		if ctxErr := contextErr(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
-			// go-redis reports a deadline that struck inside a socket read as
-			// the socket's i/o timeout; say which deadline it was.
-			err = fmt.Errorf("%w: %w", ctxErr, err)
+		if ctxErr := contextErr(ctx); ctxErr != nil {
+			if !errors.Is(err, ctxErr) {
+				// go-redis reports a deadline that struck inside a socket
+				// read as the socket's i/o timeout; say which deadline it was.
+				err = fmt.Errorf("%w: %w", ctxErr, err)
+			}
+			if r.client.PoolStats().TotalConns == 0 {
+				// go-redis retries a failing dial until the deadline, which
+				// then hides the cause: say what is known.
+				err = fmt.Errorf("%w (no connection to Redis is open: wrong address or server down? Redis.Ping names the cause)", err)
+			}
 		}
 		return algorithm.Decision{}, redisError(keys[0], err)
 	}

@@ -162,8 +162,12 @@ func hungListener(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// wrapped is a UniversalClient of a type NewRedis does not know.
+// wrapped is a user's own client type around *redis.Client: NewRedis
+// judges it by the client it embeds.
 type wrapped struct{ *redis.Client }
+
+// opaque is a UniversalClient whose options NewRedis cannot see.
+type opaque struct{ redis.UniversalClient }
 
 // NewRedis refuses a nil client and a go-redis client that ignores context
 // deadlines (it would hold callers for its socket timeouts), naming the
@@ -180,6 +184,7 @@ func TestNewRedisRefusesClientsThatIgnoreDeadlines(t *testing.T) {
 		"failover":     redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}}),
 		"universal":    redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}}),
 		"cluster, nil": (*redis.ClusterClient)(nil),
+		"wrapped":      wrapped{redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})},
 	} {
 		s, err := store.NewRedis(c)
 		require.ErrorIs(t, err, store.ErrInvalidClient, name)
@@ -193,7 +198,8 @@ func TestNewRedisRefusesClientsThatIgnoreDeadlines(t *testing.T) {
 		"client":       redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}),
 		"cluster":      redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}),
 		"ring":         redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true}),
-		"unknown type": wrapped{redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})},
+		"wrapped":      wrapped{redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})},
+		"unknown type": opaque{redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})},
 	} {
 		s, err := store.NewRedis(c)
 		require.NoError(t, err, name)
@@ -212,7 +218,7 @@ func TestRedisTimeoutBoundsAnyClient(t *testing.T) {
 	t.Cleanup(func() { _ = plain.Close() })
 	bounded := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = bounded.Close() })
-	for name, c := range map[string]redis.UniversalClient{"deadlines enabled": bounded, "unknown type": wrapped{plain}} {
+	for name, c := range map[string]redis.UniversalClient{"deadlines enabled": bounded, "unknown type": opaque{plain}} {
 		s := stores.Redis(t, c)
 		_, err := s.Decide(ctx, store.Request{Strategy: algorithm.FixedWindow(1, time.Minute), Prefix: "p:", Key: "u", N: 1, Timeout: 50 * time.Millisecond})
 		require.Error(t, err, name)
@@ -224,6 +230,37 @@ func TestRedisTimeoutBoundsAnyClient(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Ping answers nil for a live server and cluster, and for an address that
+// refuses connections an error that names the refusal, not only the
+// deadline that go-redis's dial retries ran into; a decision on that address
+// says that no connection is open.
+func TestPingNamesTheCause(t *testing.T) {
+	require.NoError(t, stores.Redis(t, redistest.Real(t)).Ping(ctx))
+	require.NoError(t, stores.Redis(t, redistest.Cluster(t)).Ping(ctx))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	for name, c := range map[string]redis.UniversalClient{
+		"client":  redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}),
+		"cluster": redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true}),
+	} {
+		t.Cleanup(func() { _ = c.Close() })
+		s := stores.Redis(t, c)
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := s.Ping(pctx)
+		cancel()
+		require.ErrorIs(t, err, store.ErrUnavailable, name)
+		require.ErrorContains(t, err, "connection refused", name)
+		_, err = s.Decide(ctx, store.Request{Strategy: algorithm.FixedWindow(1, time.Minute), Prefix: "p:", Key: "u", N: 1, Timeout: 100 * time.Millisecond})
+		require.ErrorIs(t, err, store.ErrUnavailable, name)
+		if name == "client" {
+			require.ErrorContains(t, err, "no connection to Redis is open", name)
+		}
+	}
 }
 
 // Close leaves the caller's client usable, and the store refuses decisions

@@ -70,6 +70,13 @@ func run(addr, redisAddr, trusted string, instances int64) error {
 		return err
 	}
 	defer shared.Close()
+	// A wrong address is an error at start-up, with its cause, rather than
+	// a failure policy applied to every request.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := shared.Ping(ctx); err != nil {
+		return err
+	}
 	fallback := store.NewMemory()
 	defer fallback.Close()
 
