@@ -3,40 +3,41 @@ package fleetlimit
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // fallback is the in-process limiter that decides while the shared store
-// cannot: the limiter's strategy scaled to one instance's share, applied in
-// a store of this process.
+// cannot (FailLocal): the limiter's strategy scaled to one instance's share,
+// applied in a store of this process.
 type fallback struct {
 	strategy algorithm.Strategy
 	store    store.Store
 }
 
-// WithFallback decides every decision the shared store cannot make —
-// because the breaker is open or because the call failed — with an
-// in-process limiter instead of the failure policy: the limiter's strategy
-// scaled to limit / instances (at least 1; see algorithm.Scaler) applied in
-// st, normally a store.NewMemory() that the caller owns and closes (one
-// Memory can serve the fallbacks of many limiters: their keys are kept
-// apart as in Redis, by prefix and algorithm).
+// WithFallback sets how FailLocal (the default policy) decides while the
+// shared store cannot — because the breaker is open or because the call
+// failed: the limiter's strategy scaled to limit / instances (at least 1;
+// see algorithm.Scaler), applied in st, a store.NewMemory() that the caller
+// owns and closes (one Memory can serve the fallbacks of many limiters:
+// their keys are kept apart as in Redis, by prefix and algorithm). Default:
+// instances 1, in one store.Memory shared by the process's limiters,
+// created by the first New that needs it and kept for the life of the
+// process.
 //
-// Fail-open without a fallback admits everything while Redis is down:
-// minutes of uncapped traffic. With it, a fleet of instances instances keeps
-// roughly the limit in total, as long as the load balancer spreads each
-// client evenly; each instance enforces its share on its own. The decision
-// is still reported as degraded: AllowN returns the fallback's Result (with
-// the scaled Limit and its real Remaining) and an error wrapping
-// ErrStoreUnavailable, and the Observer sees DecidedByFallback. The fallback
-// replaces the FailurePolicy for both policies: FailClosed with a fallback
-// admits each instance's share rather than nothing. A caller whose context
-// is done is denied, as without a fallback (see Limiter.AllowN).
+// With instances set to the fleet's size, the fleet keeps roughly the limit
+// in total while Redis is down, as long as the load balancer spreads each
+// client evenly; with the default 1, at most instances times the limit. The
+// decision is still reported as degraded: AllowN returns the fallback's
+// Result (with the scaled Limit and its real Remaining) and an error
+// wrapping ErrStoreUnavailable, and the Observer sees DecidedByFallback. A
+// caller whose context is done is denied, as always (see Limiter.AllowN).
 //
-// The strategy must implement algorithm.Scaler (the built-ins do); instances
-// must be >= 1 and st non-nil, or New fails with ErrInvalidConfig.
+// For instances > 1 the strategy must implement algorithm.Scaler (the
+// built-ins do); instances must be >= 1 and st non-nil, and the policy must
+// be FailLocal, or New fails with ErrInvalidConfig.
 func WithFallback(st store.Store, instances int64) Option {
 	return option(func(c *config) {
 		if st == nil {
@@ -49,22 +50,36 @@ func WithFallback(st store.Store, instances int64) Option {
 	})
 }
 
-// newFallback builds the fallback for strategy s, or returns nil when none is
-// configured.
+// localStore is the in-process store of every FailLocal limiter given no
+// WithFallback.
+var localStore = sync.OnceValue(func() store.Store { return store.NewMemory() })
+
+// newFallback builds the fallback of a FailLocal limiter with strategy s,
+// or returns nil for the other policies.
 func newFallback(s algorithm.Strategy, c *config) (*fallback, error) {
-	if c.fallbackStore == nil || c.fallbackInstances < 1 {
+	if c.policy != FailLocal {
+		if c.fallbackStore != nil {
+			return nil, fmt.Errorf("%w: WithFallback sets how FailLocal decides; the policy is %v", ErrInvalidConfig, c.policy)
+		}
 		return nil, nil
+	}
+	st, instances := c.fallbackStore, c.fallbackInstances
+	if st == nil {
+		st, instances = localStore(), 1
+	}
+	if instances == 1 {
+		return &fallback{strategy: s, store: st}, nil
 	}
 	sc, ok := s.(algorithm.Scaler)
 	if !ok {
-		return nil, fmt.Errorf("%w: strategy %s does not implement algorithm.Scaler, which WithFallback needs", ErrInvalidConfig, s.Name())
+		return nil, fmt.Errorf("%w: strategy %s does not implement algorithm.Scaler, which WithFallback needs for %d instances", ErrInvalidConfig, s.Name(), instances)
 	}
-	fs := sc.Scaled(c.fallbackInstances)
+	fs := sc.Scaled(instances)
 	if fs == nil {
 		return nil, fmt.Errorf("%w: strategy %s scaled to nil", ErrInvalidConfig, s.Name())
 	}
 	if err := fs.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: fallback strategy: %w", ErrInvalidConfig, err)
 	}
-	return &fallback{strategy: fs, store: c.fallbackStore}, nil
+	return &fallback{strategy: fs, store: st}, nil
 }

@@ -28,24 +28,33 @@ func TestWithFallbackRejectsBadConfig(t *testing.T) {
 		"strategy without Scaled": func() (*fleetlimit.Limiter, error) {
 			return fleetlimit.New(unscalable{good}, mem, fleetlimit.WithFallback(mem, 4))
 		},
+		"fallback with FailOpen": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(good, mem, fleetlimit.WithFallback(mem, 4), fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
+		},
+		"fallback with FailClosed": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(good, mem, fleetlimit.WithFallback(mem, 4), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
+		},
 	} {
 		l, err := mk()
 		require.Nil(t, l, name)
 		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, name)
 	}
+	_, err := fleetlimit.New(unscalable{good}, mem)
+	require.NoError(t, err, "the default fallback, at the full limit, needs no Scaler")
 }
 
-// While Redis is down the fallback enforces limit/instances in process, for
-// both policies, first on failed calls and then with the breaker open; every
-// such decision is degraded and says so.
-func TestFallbackBoundsFailOpen(t *testing.T) {
-	for _, policy := range []fleetlimit.FailurePolicy{fleetlimit.FailOpen, fleetlimit.FailClosed} {
+// While Redis is down the fallback enforces limit/instances in process,
+// first on failed calls and then with the breaker open; every such decision
+// is degraded and says so. With no WithFallback at all (the default
+// FailLocal), it enforces the full limit.
+func TestFallbackBoundsAnOutage(t *testing.T) {
+	for _, policy := range []fleetlimit.FailurePolicy{fleetlimit.FailLocal} {
 		mr, c := redistest.Mini(t)
 		fb := store.NewMemory()
 		t.Cleanup(func() { _ = fb.Close() })
 		rec := &spy.Observer{}
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(8, time.Minute), stores.Redis(t, c),
-			fleetlimit.WithFailurePolicy(policy), fleetlimit.WithFallback(fb, 4), fleetlimit.WithObserver(rec),
+			fleetlimit.WithFallback(fb, 4), fleetlimit.WithObserver(rec),
 			fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithTimeout(time.Second),
 			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(t0)})))
 		require.NoError(t, err)
@@ -76,5 +85,26 @@ func TestFallbackBoundsFailOpen(t *testing.T) {
 			require.Equal(t, want[i].Remaining, e.Remaining)
 			require.Equal(t, i > 0, e.CircuitOpen)
 		}
+	}
+}
+
+// By default an outage costs at most the limit per instance: the default
+// FailLocal decides in process at the full limit.
+func TestDefaultPolicyBoundsAnOutage(t *testing.T) {
+	for _, e := range algorithm.Registry() {
+		mr, c := redistest.Mini(t)
+		l, err := fleetlimit.New(e.New(5, time.Minute), stores.Redis(t, c), fleetlimit.WithKeyPrefix(redistest.Prefix()),
+			fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithTimeout(time.Second))
+		require.NoError(t, err)
+		mr.Close()
+		admitted := 0
+		for range 50 {
+			res, err := l.Allow(bg, "u")
+			require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, e.Name)
+			if res.Allowed {
+				admitted++
+			}
+		}
+		require.Equal(t, 5, admitted, "%s: 50 requests during an outage, the limit admitted", e.Name)
 	}
 }

@@ -61,14 +61,23 @@ type Result struct {
 	ResetAfter time.Duration
 }
 
-// FailurePolicy decides a request when the store cannot.
+// FailurePolicy decides a request when the store cannot. The zero value is
+// the default, FailLocal.
 type FailurePolicy int
 
 const (
-	// FailOpen admits the request: a store outage costs protection, not
-	// availability. The Result has Allowed true, Limit set, Remaining 0,
-	// RetryAfter and ResetAfter 0. This is the default.
-	FailOpen FailurePolicy = iota
+	// FailLocal decides the request in this process: the limiter's strategy
+	// at limit / instances, applied in an in-process store (see
+	// WithFallback; by default instances is 1, in a store.Memory that every
+	// default limiter of the process shares). An outage thus costs at most
+	// K times the limit with K instances, never an unbounded flood, and a
+	// client who stays under the limit is not refused. The Result is the
+	// local decision's, with its real Remaining. This is the default.
+	FailLocal FailurePolicy = iota
+	// FailOpen admits the request, without any bound: a store outage costs
+	// protection, not availability. The Result has Allowed true, Limit set,
+	// Remaining 0, RetryAfter and ResetAfter 0.
+	FailOpen
 	// FailClosed denies the request: a store outage costs availability, not
 	// protection. The Result has Allowed false, Limit set, Remaining 0, and
 	// RetryAfter = ResetAfter = FailClosedRetryAfter.
@@ -80,6 +89,8 @@ const FailClosedRetryAfter = time.Second
 
 func (p FailurePolicy) String() string {
 	switch p {
+	case FailLocal:
+		return "fail-local"
 	case FailOpen:
 		return "fail-open"
 	case FailClosed:
@@ -353,14 +364,15 @@ func (l *Limiter) degraded(ctx context.Context, req store.Request, err error, ci
 	return l.byPolicy(), decidedBy(DecidedByPolicy, circuitOpen), err
 }
 
-// byPolicy returns the policy's Result for a decision the store did not make.
+// byPolicy returns the policy's Result for a decision neither the store nor
+// the fallback made: FailOpen admits; FailClosed, and FailLocal whose local
+// store failed too (it was closed), deny.
 func (l *Limiter) byPolicy() Result {
 	r := Result{Limit: l.strategy.Limit()}
-	switch l.cfg.policy {
-	case FailClosed:
-		r.RetryAfter, r.ResetAfter = FailClosedRetryAfter, FailClosedRetryAfter
-	default:
+	if l.cfg.policy == FailOpen {
 		r.Allowed = true
+	} else {
+		r.RetryAfter, r.ResetAfter = FailClosedRetryAfter, FailClosedRetryAfter
 	}
 	return r
 }
@@ -388,7 +400,7 @@ func defaults(s algorithm.Strategy) config {
 	return config{
 		name:    s.Name(),
 		prefix:  DefaultKeyPrefix,
-		policy:  FailOpen,
+		policy:  FailLocal,
 		timeout: DefaultTimeout,
 	}
 }
@@ -444,10 +456,10 @@ func WithKeyPrefix(prefix string) Option {
 }
 
 // WithFailurePolicy sets what a decision is when the store cannot answer.
-// Default: FailOpen.
+// Default: FailLocal.
 func WithFailurePolicy(p FailurePolicy) Option {
 	return option(func(c *config) {
-		if p != FailOpen && p != FailClosed {
+		if p != FailLocal && p != FailOpen && p != FailClosed {
 			c.errs = append(c.errs, fmt.Errorf("unknown failure policy %d", int(p)))
 		}
 		c.policy = p

@@ -179,7 +179,9 @@ func closedAddr(t *testing.T) string {
 
 // When the store cannot decide — closed, refused, hung — the policy does, the
 // error wraps ErrStoreUnavailable, and the call ends within the timeout
-// (here 50ms, while the client itself would wait a minute).
+// (here 50ms, while the client itself would wait a minute): by default
+// (FailLocal) an in-process limiter at the full limit, FailOpen admits
+// without a bound, FailClosed denies.
 func TestFailurePolicy(t *testing.T) {
 	closed := store.NewMemory()
 	require.NoError(t, closed.Close())
@@ -199,11 +201,26 @@ func TestFailurePolicy(t *testing.T) {
 		}()),
 	}
 	for name, st := range failing {
-		open, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(50*time.Millisecond))
+		local, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithTimeout(50*time.Millisecond),
+			fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithClock(fixedClock(t0)))
+		require.NoError(t, err)
+		for i, want := range []fleetlimit.Result{
+			{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: time.Hour},
+			{Allowed: true, Limit: 10, Remaining: 4, ResetAfter: time.Hour},
+			{Allowed: true, Limit: 10, Remaining: 1, ResetAfter: time.Hour},
+			{Limit: 10, Remaining: 1, RetryAfter: time.Hour, ResetAfter: time.Hour},
+		} {
+			res, err := local.AllowN(bg, "u", 3)
+			require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, name)
+			require.Equal(t, want, res, "%s call %d: fail-local (the default) keeps the limit in process", name, i)
+		}
+
+		open, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(50*time.Millisecond),
+			fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
 		require.NoError(t, err)
 		res, err := open.AllowN(bg, "u", 3)
 		require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, name)
-		require.Equal(t, fleetlimit.Result{Allowed: true, Limit: 10}, res, "%s: fail-open (the default) admits", name)
+		require.Equal(t, fleetlimit.Result{Allowed: true, Limit: 10}, res, "%s: fail-open admits", name)
 
 		shut, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(50*time.Millisecond), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
 		require.NoError(t, err)
@@ -219,12 +236,17 @@ func TestCancelledContext(t *testing.T) {
 	for name, st := range stores.All(t) {
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()))
 		require.NoError(t, err)
-		require.Equal(t, fleetlimit.FailOpen, l.Policy())
 		ctx, cancel := context.WithCancel(bg)
 		cancel()
 		res, err := l.Allow(ctx, "u")
 		require.ErrorIs(t, err, context.Canceled, name)
 		require.False(t, errors.Is(err, fleetlimit.ErrStoreUnavailable), name)
+		require.Equal(t, fleetlimit.Result{Limit: 1}, res, "%s: a cancelled caller is denied", name)
+		open, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()),
+			fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
+		require.NoError(t, err)
+		res, err = open.Allow(ctx, "u")
+		require.ErrorIs(t, err, context.Canceled, name)
 		require.Equal(t, fleetlimit.Result{Limit: 1}, res, "%s: a cancelled caller is denied even under FailOpen", name)
 		res, err = l.Allow(bg, "u")
 		require.NoError(t, err)
@@ -255,7 +277,7 @@ func TestAccessors(t *testing.T) {
 	l, err := fleetlimit.New(s, mem)
 	require.NoError(t, err)
 	require.Equal(t, "fixed_window", l.Name())
-	require.Equal(t, fleetlimit.FailOpen, l.Policy())
+	require.Equal(t, fleetlimit.FailLocal, l.Policy())
 	require.Equal(t, s, l.Strategy())
 	l, err = fleetlimit.New(s, mem, fleetlimit.WithName("login"), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
 	require.NoError(t, err)
@@ -275,7 +297,8 @@ func TestCallerDeadlines(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	st := stores.Redis(t, c)
 	defer st.Close()
-	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(200*time.Millisecond))
+	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(200*time.Millisecond),
+		fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
 	require.NoError(t, err)
 	for i := range 2 * fleetlimit.DefaultBreakerThreshold {
 		ctx, cancel := context.WithTimeout(bg, 30*time.Millisecond)
