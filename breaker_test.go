@@ -168,7 +168,7 @@ func TestBreakerIgnoresPerKeyErrors(t *testing.T) {
 	l, err := fleetlimit.New(algorithm.SlidingWindowLog(10, time.Minute), st, fleetlimit.WithTimeout(slowMachine),
 		fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 2})))
 	require.NoError(t, err)
-	mr.HSet(store.RedisKey(fleetlimit.DefaultKeyPrefix, "bad", "sl"), "f", "v")
+	mr.HSet(store.RedisKey(l.KeyPrefix(), "bad", "sl"), "f", "v")
 	cancelled, cancel := context.WithCancel(bg)
 	cancel()
 	for i := range 5 {

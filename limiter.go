@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 
@@ -143,7 +144,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(s); err != nil {
 		return nil, err
 	}
 	fb, err := newFallback(s, &cfg)
@@ -405,10 +406,14 @@ func defaults(s algorithm.Strategy) config {
 	}
 }
 
-func (c *config) validate() error {
-	if c.named && !c.prefixSet {
+func (c *config) validate(s algorithm.Strategy) error {
+	switch {
+	case c.prefixSet:
+	case c.named:
 		// Named limiters keep separate state by default (see WithName).
 		c.prefix = DefaultKeyPrefix + c.name + ":"
+	default:
+		c.prefix = DefaultKeyPrefix + parameterNamespace(s) + ":"
 	}
 	if strings.ContainsAny(c.prefix, "{}") {
 		c.errs = append(c.errs, fmt.Errorf("key prefix %q contains a brace, which would move every key into one Redis Cluster slot", c.prefix))
@@ -420,6 +425,31 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(c.errs...))
 	}
 	return nil
+}
+
+// parameterNamespace names the state of an unnamed limiter after its
+// strategy's parameters, so that two unnamed limiters share state exactly
+// when they apply the same rule: the script's arguments joined by "." when
+// they are short and plain (e.g. "100.60000000" for a sliding log of 100 per
+// minute), else their FNV-1a hash. The algorithm's tag follows the user key
+// in every Redis key, so it is not repeated here.
+func parameterNamespace(s algorithm.Strategy) string {
+	var b strings.Builder
+	plain := true
+	for i, a := range s.ScriptArgs() {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		v := fmt.Sprint(a)
+		plain = plain && v != "" && strings.Trim(v, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_") == ""
+		b.WriteString(v)
+	}
+	if plain && b.Len() > 0 && b.Len() <= 64 {
+		return b.String()
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(b.String()))
+	return fmt.Sprintf("h%016x", h.Sum64())
 }
 
 // Option configures New.
@@ -445,7 +475,10 @@ func WithClock(now func() time.Time) Option {
 
 // WithKeyPrefix sets the string prepended verbatim to every Redis key (and
 // the namespace in store.Memory). Default: DefaultKeyPrefix ("ratelimit:"),
-// followed by the name and ":" when WithName is given. Limiters with the
+// followed by the name and ":" when WithName is given, or else by the
+// strategy's parameters (e.g. "ratelimit:100.60000000:" for a sliding log of
+// 100 per minute), so that unnamed limiters with different limits never
+// share state by accident. Limiters with the
 // same prefix and algorithm share the state of a key: that is how the
 // instances of a fleet share a limit, so give them the same prefix (or
 // name), with the same parameters; give endpoints with separate limits
@@ -480,7 +513,9 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithName names the limiter in reports, observers and the RateLimit-Policy
-// header. Default: the strategy's name. Unless WithKeyPrefix is given, the
+// header. Default: the strategy's name (unnamed limiters keep their state
+// under their parameters instead; see WithKeyPrefix). Unless WithKeyPrefix
+// is given, the
 // name also becomes part of the key prefix (DefaultKeyPrefix + name + ":"),
 // so that limiters named for different endpoints keep separate state for
 // the same user key, and limiters of the same name, in every instance of a

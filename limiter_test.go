@@ -322,6 +322,39 @@ func TestCallerDeadlines(t *testing.T) {
 	require.ErrorIs(t, err, fleetlimit.ErrCircuitOpen)
 }
 
+// Two unnamed limiters share state only when they apply the same rule: a
+// 5-per-minute bucket does not spend a 100-per-minute bucket's tokens, and
+// two identical ones (a fleet's instances) do share.
+func TestUnnamedLimitersDoNotShareByAccident(t *testing.T) {
+	for name, st := range stores.All(t) {
+		mk := func(s algorithm.Strategy) *fleetlimit.Limiter {
+			l, err := fleetlimit.New(s, st, fleetlimit.WithClock(fixedClock(t0.Add(time.Second))), fleetlimit.WithTimeout(slowMachine))
+			require.NoError(t, err)
+			return l
+		}
+		key := redistest.Prefix() // a fresh user: the server is shared
+		small, big, small2 := mk(algorithm.TokenBucket(5, time.Minute, 5)), mk(algorithm.TokenBucket(100, time.Minute, 100)), mk(algorithm.TokenBucket(5, time.Minute, 5))
+		require.NotEqual(t, small.KeyPrefix(), big.KeyPrefix(), name)
+		require.Equal(t, small.KeyPrefix(), small2.KeyPrefix(), name)
+		res, err := small.AllowN(bg, key, 5)
+		require.NoError(t, err)
+		require.True(t, res.Allowed, name)
+		res, err = big.Allow(bg, key)
+		require.NoError(t, err)
+		require.Equal(t, fleetlimit.Result{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 600 * time.Millisecond}, res, "%s: the big bucket is its own", name)
+		res, err = small2.Allow(bg, key)
+		require.NoError(t, err)
+		require.False(t, res.Allowed, "%s: the same rule is the same limit", name)
+	}
+	for _, e := range algorithm.Registry() {
+		a, err := fleetlimit.New(e.New(10, time.Minute), store.NewMemory())
+		require.NoError(t, err)
+		b, err := fleetlimit.New(e.New(11, time.Minute), store.NewMemory())
+		require.NoError(t, err)
+		require.NotEqual(t, a.KeyPrefix(), b.KeyPrefix(), e.Name)
+	}
+}
+
 // Named limiters keep separate state for one user key by default — two
 // endpoints of the same algorithm with different limits never read each
 // other's — while limiters of one name share it, as a fleet's instances do.
