@@ -13,15 +13,13 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
 var bg = context.Background()
-
-// t0 is a fixed instant on a minute boundary.
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
 
@@ -73,7 +71,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestBadInputRecordsNothing(t *testing.T) {
 	for name, st := range stores.All(t) {
 		for _, e := range algorithm.Registry() {
-			l, err := fleetlimit.New(e.New(2, time.Minute), st, fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithKeyPrefix(redistest.Prefix()))
+			l, err := fleetlimit.New(e.New(2, time.Minute), st, fleetlimit.WithClock(fixedClock(proptest.Epoch)), fleetlimit.WithKeyPrefix(redistest.Prefix()))
 			require.NoError(t, err)
 			for _, bad := range []struct {
 				key  string
@@ -104,7 +102,7 @@ func TestBadInputRecordsNothing(t *testing.T) {
 func TestCostAboveLimitIsPlainDenial(t *testing.T) {
 	for name, st := range stores.All(t) {
 		for _, e := range algorithm.Registry() {
-			l, err := fleetlimit.New(e.New(5, time.Minute), st, fleetlimit.WithClock(fixedClock(t0.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()))
+			l, err := fleetlimit.New(e.New(5, time.Minute), st, fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()))
 			require.NoError(t, err)
 			res, err := l.AllowN(bg, "u", 6)
 			require.NoError(t, err)
@@ -298,7 +296,7 @@ func TestCallerDeadlines(t *testing.T) {
 func TestNamesSeparateState(t *testing.T) {
 	for name, st := range stores.All(t) {
 		mk := func(s algorithm.Strategy, opts ...fleetlimit.Option) *fleetlimit.Limiter {
-			l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{fleetlimit.WithClock(fixedClock(t0.Add(time.Second)))}, opts...)...)
+			l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Second)))}, opts...)...)
 			require.NoError(t, err)
 			return l
 		}
