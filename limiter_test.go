@@ -71,7 +71,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestBadInputRecordsNothing(t *testing.T) {
 	for name, st := range stores.All(t) {
 		for _, e := range algorithm.Registry() {
-			l, err := fleetlimit.New(e.New(2, time.Minute), st, fleetlimit.WithClock(fixedClock(proptest.Epoch)), fleetlimit.WithKeyPrefix(redistest.Prefix()))
+			l, err := fleetlimit.New(e.New(2, time.Minute), st, fleetlimit.WithClock(fixedClock(proptest.Epoch)), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 			require.NoError(t, err)
 			for _, bad := range []struct {
 				key  string
@@ -102,7 +102,7 @@ func TestBadInputRecordsNothing(t *testing.T) {
 func TestCostAboveLimitIsPlainDenial(t *testing.T) {
 	for name, st := range stores.All(t) {
 		for _, e := range algorithm.Registry() {
-			l, err := fleetlimit.New(e.New(5, time.Minute), st, fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()))
+			l, err := fleetlimit.New(e.New(5, time.Minute), st, fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 			require.NoError(t, err)
 			res, err := l.AllowN(bg, "u", 6)
 			require.NoError(t, err)
@@ -132,7 +132,7 @@ func TestLimitersShareAStore(t *testing.T) {
 	c := redistest.Real(t)
 	p := redistest.Prefix()
 	mk := func(s algorithm.Strategy, prefix string) *fleetlimit.Limiter {
-		l, err := fleetlimit.New(s, stores.Redis(t, redis.NewClient(&redis.Options{Addr: c.Options().Addr, ContextTimeoutEnabled: true})), fleetlimit.WithKeyPrefix(prefix))
+		l, err := fleetlimit.New(s, stores.Redis(t, redis.NewClient(&redis.Options{Addr: c.Options().Addr, ContextTimeoutEnabled: true})), fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithTimeout(slowMachine))
 		require.NoError(t, err)
 		return l
 	}
@@ -208,7 +208,7 @@ func TestFailurePolicy(t *testing.T) {
 // is denied under either policy, and records nothing.
 func TestCancelledContext(t *testing.T) {
 	for name, st := range stores.All(t) {
-		l, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()))
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 		require.NoError(t, err)
 		require.Equal(t, fleetlimit.FailOpen, l.Policy())
 		ctx, cancel := context.WithCancel(bg)
@@ -227,7 +227,7 @@ func TestCancelledContext(t *testing.T) {
 // result is the same limit with no clock configured anywhere.
 func TestDefaultServerClock(t *testing.T) {
 	for name, st := range stores.All(t) {
-		l, err := fleetlimit.New(algorithm.SlidingWindowLog(3, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()))
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(3, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 		require.NoError(t, err)
 		var got []bool
 		for range 5 {
@@ -296,7 +296,7 @@ func TestCallerDeadlines(t *testing.T) {
 func TestNamesSeparateState(t *testing.T) {
 	for name, st := range stores.All(t) {
 		mk := func(s algorithm.Strategy, opts ...fleetlimit.Option) *fleetlimit.Limiter {
-			l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Second)))}, opts...)...)
+			l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Second))), fleetlimit.WithTimeout(slowMachine)}, opts...)...)
 			require.NoError(t, err)
 			return l
 		}
