@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -81,7 +82,7 @@ func BenchmarkAllowN(b *testing.B) {
 	b.Run("circuit-open", func(b *testing.B) {
 		dead := store.NewMemory()
 		_ = dead.Close()
-		br, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Threshold: 1, Clock: func() time.Time { return t0 }})
+		br, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Threshold: 1, Clock: func() time.Time { return proptest.Epoch }})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/spy"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
@@ -66,7 +67,7 @@ func TestNewBreakerRejectsBadConfig(t *testing.T) {
 func TestBreakerCycle(t *testing.T) {
 	mr, c := redistest.Mini(t)
 	st := &spy.Store{Store: stores.Redis(t, c)}
-	clk := fakeclock.New(t0)
+	clk := fakeclock.New(proptest.Epoch)
 	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 3, CoolDown: 100 * time.Millisecond, MaxCoolDown: 400 * time.Millisecond, Clock: clk.Now})
 	rec := &spy.Observer{}
 	l, err := fleetlimit.New(algorithm.SlidingWindowLog(1000, time.Minute), st,
@@ -216,7 +217,7 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 	cl := redis.NewClient(&redis.Options{Addr: redistest.HungAddr(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute, DialTimeout: time.Minute, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = cl.Close() })
 	st := &spy.Store{Store: stores.Redis(t, cl)}
-	clk := fakeclock.New(t0)
+	clk := fakeclock.New(proptest.Epoch)
 	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: clk.Now})
 	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st,
 		fleetlimit.WithBreaker(b), fleetlimit.WithTimeout(300*time.Millisecond))
@@ -281,7 +282,7 @@ func TestCircuitOpenDoesNotAllocate(t *testing.T) {
 	mem := store.NewMemory()
 	require.NoError(t, mem.Close())
 	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), mem,
-		fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(t0)})))
+		fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(proptest.Epoch)})))
 	require.NoError(t, err)
 	_, err = l.Allow(bg, "u")
 	require.ErrorIs(t, err, store.ErrClosed, "a closed store is an availability failure")

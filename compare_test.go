@@ -13,8 +13,10 @@ import (
 )
 
 // The comparison that cmd/compare prints, reduced so that it runs in seconds,
-// with what its table claims asserted. compareLimit is small so that the
-// embedded miniredis (a fresh Lua state per script call) stays fast.
+// with what its table claims asserted: the truths a user reads in it. How
+// the tool builds the table (its rows, what it measures on which server) is
+// tested in internal/compare. compareLimit is small so that the embedded
+// miniredis (a fresh Lua state per script call) stays fast.
 const (
 	compareLimit  = 10
 	compareWindow = time.Minute
@@ -87,13 +89,6 @@ func TestCompareTruths(t *testing.T) {
 	rs := index(t, rep)
 	entries := algorithm.Registry()
 
-	// Every registered algorithm appears in every scenario.
-	for _, e := range entries {
-		rs.get(t, "boundary burst", e.Name, compare.StoreRedis, 1, compareLimit)
-		rs.get(t, "overload 3x", e.Name, compare.StoreMemory, 1, compareLimit)
-		rs.get(t, "many users", e.Name, compare.StoreRedis, 1, 10*compareLimit)
-	}
-
 	t.Run("fixed window admits twice the limit at a window edge", func(t *testing.T) {
 		for _, st := range []string{compare.StoreRedis, compare.StoreMemory} {
 			r := rs.get(t, "boundary burst", "fixed_window", st, 1, compareLimit)
@@ -143,17 +138,6 @@ func TestCompareTruths(t *testing.T) {
 	})
 
 	checkFleet(t, rs, entries)
-
-	t.Run("memory is not guessed on the embedded server", func(t *testing.T) {
-		for _, r := range rep.Rows {
-			if r.MemoryUsage != nil || r.UsedMemory != nil || r.Commands != nil || r.LatencyP50 != nil || r.LatencyP99 != nil {
-				t.Errorf("%s %s %s: measured %+v on miniredis", r.Scenario, r.Algorithm, r.Store, r)
-			}
-			if r.Store == compare.StoreRedis && r.NotMeasured != "embedded" {
-				t.Errorf("%s %s: not_measured %q, want embedded", r.Scenario, r.Algorithm, r.NotMeasured)
-			}
-		}
-	})
 }
 
 // checkFleet asserts the fleet scenario's claims: per-process stores admit K
@@ -255,20 +239,6 @@ func TestCompareRealRedis(t *testing.T) {
 	rep := runComparison(t, reducedComparison(srv, compare.Fleet))
 	rs := index(t, rep)
 	checkFleet(t, rs, entries)
-	t.Run("measured on the real server", func(t *testing.T) {
-		for _, r := range rep.Rows {
-			if r.Store != compare.StoreRedis {
-				continue
-			}
-			// Other tests share the server, so commandstats can only
-			// over-count: every decision is an EVALSHA plus at least one
-			// command inside its script.
-			if r.Commands == nil || *r.Commands < 2 || r.LatencyP50 == nil || *r.LatencyP50 <= 0 || *r.LatencyP99 < *r.LatencyP50 {
-				t.Errorf("%s %s x%d: commands %v, p50 %v, p99 %v", r.Scenario, r.Algorithm, r.Instances, r.Commands, r.LatencyP50, r.LatencyP99)
-			}
-		}
-	})
-
 	t.Run("memory per key", func(t *testing.T) {
 		limits := []int64{10, 100, 1000}
 		cfg := reducedComparison(srv, compare.ManyUsers)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/spy"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
@@ -55,8 +56,8 @@ func TestFallbackBoundsAnOutage(t *testing.T) {
 		rec := &spy.Observer{}
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(8, time.Minute), stores.Redis(t, c),
 			fleetlimit.WithFallback(fb, 4), fleetlimit.WithObserver(rec),
-			fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithTimeout(time.Second),
-			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(t0)})))
+			fleetlimit.WithClock(fixedClock(proptest.Epoch)), fleetlimit.WithTimeout(time.Second),
+			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(proptest.Epoch)})))
 		require.NoError(t, err)
 		res, err := l.Allow(bg, "u")
 		require.NoError(t, err)
@@ -94,7 +95,7 @@ func TestDefaultPolicyBoundsAnOutage(t *testing.T) {
 	for _, e := range algorithm.Registry() {
 		mr, c := redistest.Mini(t)
 		l, err := fleetlimit.New(e.New(5, time.Minute), stores.Redis(t, c), fleetlimit.WithKeyPrefix(redistest.Prefix()),
-			fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithTimeout(time.Second))
+			fleetlimit.WithClock(fixedClock(proptest.Epoch)), fleetlimit.WithTimeout(time.Second))
 		require.NoError(t, err)
 		mr.Close()
 		admitted := 0

@@ -1,9 +1,10 @@
 package fleetlimit_test
 
-// Fuzz targets for everything that takes outside input: keys and costs
-// (AllowN), the Redis key built from a user's key (store.RedisKey), strategy
-// parameters (configuration) and the key prefix option. `go test` runs their
-// seed corpus; docs/guarantees.md says how to fuzz them for longer.
+// Fuzz targets for the Limiter's outside input: keys and costs (AllowN) and
+// the key prefix option. The Redis key built from a user's key is fuzzed in
+// package store (FuzzRedisKey), strategy parameters in package algorithm
+// (FuzzStrategyConfig). `go test` runs their seed corpus; docs/guarantees.md
+// says how to fuzz them for longer.
 
 import (
 	"context"
@@ -15,14 +16,14 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
-	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
-// fuzzNow is the fixed clock of the fuzz targets.
-func fuzzNow() time.Time { return epoch2026.Add(30 * time.Second) }
+// fuzzNow is the fixed clock of the fuzz targets, 30s into a minute.
+func fuzzNow() time.Time { return proptest.Epoch.Add(30 * time.Second) }
 
 // FuzzAllowN: any key bytes and any cost, through memory and miniredis. An
 // empty or over-long key is ErrInvalidKey, a cost outside 1..2^53
@@ -51,7 +52,7 @@ func FuzzAllowN(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lr, err := fleetlimit.New(s, stores.Redis(t, client), fleetlimit.WithClock(fuzzNow), fleetlimit.WithTimeout(propTimeout))
+		lr, err := fleetlimit.New(s, stores.Redis(t, client), fleetlimit.WithClock(fuzzNow), fleetlimit.WithTimeout(proptest.Timeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,139 +98,6 @@ func FuzzAllowN(f *testing.F) {
 	})
 }
 
-// FuzzRedisKey: store.RedisKey maps user keys one-to-one, and the Redis
-// Cluster hash tag (the text between the first '{' and the next '}') is
-// exactly the escaped user key, never empty for a non-empty key, so any
-// key's state stays in one slot and no key can pick another's.
-func FuzzRedisKey(f *testing.F) {
-	for _, k := range [][2]string{{"a", "b"}, {"{", "%7B"}, {"}", "%7D"}, {"%", "%25"}, {"}{", "%7D%7B"}, {"", "{}"}, {"a}b", "a%7Db"}} {
-		f.Add(k[0], k[1])
-	}
-	const prefix, tag = "ratelimit:", "sl"
-	f.Fuzz(func(t *testing.T, a, b string) {
-		ka, kb := store.RedisKey(prefix, a, tag), store.RedisKey(prefix, b, tag)
-		if (a == b) != (ka == kb) {
-			t.Fatalf("RedisKey(%q) = %q, RedisKey(%q) = %q: not one-to-one", a, ka, b, kb)
-		}
-		open := strings.IndexByte(ka, '{')
-		shut := strings.IndexByte(ka[open+1:], '}')
-		if open != len(prefix) || shut < 0 {
-			t.Fatalf("RedisKey(%q) = %q: no hash tag after the prefix", a, ka)
-		}
-		hashTag := ka[open+1 : open+1+shut]
-		if a != "" && hashTag == "" {
-			t.Fatalf("RedisKey(%q) = %q: empty hash tag, Redis Cluster would hash the whole name", a, ka)
-		}
-		if ka != prefix+"{"+hashTag+"}:"+tag {
-			t.Fatalf("RedisKey(%q) = %q: the user key leaks out of its hash tag %q", a, ka, hashTag)
-		}
-		unescaped := strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%").Replace(hashTag)
-		if unescaped != a {
-			t.Fatalf("RedisKey(%q) = %q: its hash tag decodes to %q", a, ka, unescaped)
-		}
-	})
-}
-
-// FuzzStrategyConfig: strategy constructors with any parameters. Neither
-// construction nor Validate panics; an invalid strategy's error wraps
-// algorithm.ErrInvalidStrategy and New refuses it with ErrInvalidConfig; a
-// valid one decides without error, its Go rule and Lua script (miniredis)
-// agree, and every Result keeps the contract (resultInvariants).
-func FuzzStrategyConfig(f *testing.F) {
-	for _, seed := range []struct {
-		kind    uint8
-		a, b, d int64
-	}{
-		{0, 5, 0, int64(time.Minute)}, {1, 5, 0, int64(time.Minute)}, {2, 3, 5, int64(time.Minute)},
-		{0, 0, 0, int64(time.Minute)}, {1, -1, 0, int64(time.Second)}, {2, 1, 1, 0},
-		{0, 1, 0, int64(time.Millisecond) - 1}, {0, 1, 0, int64(time.Millisecond) + 1},
-		{2, 7, algorithm.MaxInt, int64(time.Hour)}, {2, algorithm.MaxInt, 1, int64(time.Millisecond)},
-		{2, 1, 1 << 20, int64(algorithm.MaxWindow)}, {1, algorithm.MaxInt, 0, int64(algorithm.MaxWindow)},
-		{0, algorithm.MaxInt + 1, 0, int64(time.Minute)}, {2, 1_000_000_007, 999_983, 999_999_000},
-		{3, 10, 0, int64(time.Minute)}, {4, 10, 0, int64(time.Minute)}, {5, 10, 0, int64(time.Minute)},
-		{0, math.MaxInt64, 0, math.MaxInt64}, {2, math.MinInt64, math.MinInt64, math.MinInt64},
-	} {
-		f.Add(seed.kind, seed.a, seed.b, seed.d)
-	}
-	reg := algorithm.Registry()
-	_, client := redistest.Mini(f)
-	rs := stores.Redis(f, client)
-	f.Fuzz(func(t *testing.T, kind uint8, a, b, d int64) {
-		var s algorithm.Strategy
-		switch k := int(kind) % (3 + len(reg)); k {
-		case 0:
-			s = algorithm.SlidingWindowLog(a, time.Duration(d))
-		case 1:
-			s = algorithm.FixedWindow(a, time.Duration(d))
-		case 2:
-			s = algorithm.TokenBucket(a, time.Duration(d), b)
-		default:
-			s = reg[k-3].New(a, time.Duration(d))
-		}
-		mem := store.NewMemory()
-		defer mem.Close()
-		err := s.Validate()
-		_, errNew := fleetlimit.New(s, mem, fleetlimit.WithClock(fuzzNow))
-		if err != nil {
-			if !errors.Is(err, algorithm.ErrInvalidStrategy) {
-				t.Fatalf("%s: Validate error %v does not wrap ErrInvalidStrategy", s.Name(), err)
-			}
-			if !errors.Is(errNew, fleetlimit.ErrInvalidConfig) || !errors.Is(errNew, algorithm.ErrInvalidStrategy) {
-				t.Fatalf("%s: New accepted an invalid strategy or said %v", s.Name(), errNew)
-			}
-			return
-		}
-		if errNew != nil {
-			t.Fatalf("%s: valid strategy refused by New: %v", s.Name(), errNew)
-		}
-		clock := &fakeclock.Clock{}
-		lr, err := fleetlimit.New(s, rs, fleetlimit.WithClock(clock.Now), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(propTimeout))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lm, err := fleetlimit.New(s, mem, fleetlimit.WithClock(clock.Now))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Small costs only, or above the limit: a sliding log writes one
-		// Redis member per admitted unit. Times stop at fleetlimit.MaxTime()
-		// (a token bucket may take centuries to fill).
-		limit, w := s.Limit(), s.Window()
-		later := func(d time.Duration) time.Time {
-			if t := fuzzNow().Add(d); t.Before(fleetlimit.MaxTime()) {
-				return t
-			}
-			return fleetlimit.MaxTime()
-		}
-		probes := []propEvent{
-			{At: fuzzNow(), N: 1},
-			{At: fuzzNow(), N: min(limit, 3)},
-			{At: later(w / 2), N: 1},
-			{At: later(w), N: 2},
-		}
-		if limit < algorithm.MaxInt {
-			probes = append(probes, propEvent{At: later(w), N: limit + 1})
-		}
-		for i, p := range probes {
-			clock.Set(p.At)
-			rm, err := lm.AllowN(context.Background(), "k", p.N)
-			if err != nil {
-				t.Fatalf("%s: probe %d (n=%d): Go rule: %v", s.Name(), i, p.N, err)
-			}
-			rr, err := lr.AllowN(context.Background(), "k", p.N)
-			if err != nil {
-				t.Fatalf("%s: probe %d (n=%d): Lua script: %v", s.Name(), i, p.N, err)
-			}
-			if rm != rr {
-				t.Fatalf("%s (limit %d, window %v): probe %d (n=%d at +%v): Go rule %+v, Lua script %+v", s.Name(), limit, w, i, p.N, p.At.Sub(fuzzNow()), rm, rr)
-			}
-			if msg := resultInvariants(s, p, rm); msg != "" {
-				t.Fatalf("%s (limit %d, window %v): probe %d (n=%d): %s: %+v", s.Name(), limit, w, i, p.N, msg, rm)
-			}
-		}
-	})
-}
-
 // FuzzKeyPrefix: WithKeyPrefix refuses (ErrInvalidConfig) exactly the
 // prefixes with a brace or longer than store.MaxKeyLen; with any other, a
 // decision lands on the Redis key store.RedisKey names.
@@ -241,7 +109,7 @@ func FuzzKeyPrefix(f *testing.F) {
 	s := algorithm.FixedWindow(3, time.Minute)
 	f.Fuzz(func(t *testing.T, prefix string) {
 		m.FlushAll()
-		lim, err := fleetlimit.New(s, stores.Redis(t, client), fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithClock(fuzzNow), fleetlimit.WithTimeout(propTimeout))
+		lim, err := fleetlimit.New(s, stores.Redis(t, client), fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithClock(fuzzNow), fleetlimit.WithTimeout(proptest.Timeout))
 		bad := strings.ContainsAny(prefix, "{}") || len(prefix) > store.MaxKeyLen
 		if bad {
 			if !errors.Is(err, fleetlimit.ErrInvalidConfig) {

@@ -13,15 +13,13 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
 var bg = context.Background()
-
-// t0 is a fixed instant on a minute boundary.
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
 
@@ -80,7 +78,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestBadInputRecordsNothing(t *testing.T) {
 	for name, st := range stores.All(t) {
 		for _, e := range algorithm.Registry() {
-			l, err := fleetlimit.New(e.New(2, time.Minute), st, fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithKeyPrefix(redistest.Prefix()))
+			l, err := fleetlimit.New(e.New(2, time.Minute), st, fleetlimit.WithClock(fixedClock(proptest.Epoch)), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 			require.NoError(t, err)
 			for _, bad := range []struct {
 				key  string
@@ -111,7 +109,7 @@ func TestBadInputRecordsNothing(t *testing.T) {
 func TestCostAboveLimitIsPlainDenial(t *testing.T) {
 	for name, st := range stores.All(t) {
 		for _, e := range algorithm.Registry() {
-			l, err := fleetlimit.New(e.New(5, time.Minute), st, fleetlimit.WithClock(fixedClock(t0.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()))
+			l, err := fleetlimit.New(e.New(5, time.Minute), st, fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 			require.NoError(t, err)
 			res, err := l.AllowN(bg, "u", 6)
 			require.NoError(t, err)
@@ -141,7 +139,7 @@ func TestLimitersShareAStore(t *testing.T) {
 	c := redistest.Real(t)
 	p := redistest.Prefix()
 	mk := func(s algorithm.Strategy, prefix string) *fleetlimit.Limiter {
-		l, err := fleetlimit.New(s, stores.Redis(t, redis.NewClient(&redis.Options{Addr: c.Options().Addr, ContextTimeoutEnabled: true})), fleetlimit.WithKeyPrefix(prefix))
+		l, err := fleetlimit.New(s, stores.Redis(t, redis.NewClient(&redis.Options{Addr: c.Options().Addr, ContextTimeoutEnabled: true})), fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithTimeout(slowMachine))
 		require.NoError(t, err)
 		return l
 	}
@@ -202,7 +200,7 @@ func TestFailurePolicy(t *testing.T) {
 	}
 	for name, st := range failing {
 		local, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithTimeout(50*time.Millisecond),
-			fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithClock(fixedClock(t0)))
+			fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithClock(fixedClock(proptest.Epoch)))
 		require.NoError(t, err)
 		for i, want := range []fleetlimit.Result{
 			{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: time.Hour},
@@ -234,7 +232,7 @@ func TestFailurePolicy(t *testing.T) {
 // is denied under either policy, and records nothing.
 func TestCancelledContext(t *testing.T) {
 	for name, st := range stores.All(t) {
-		l, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()))
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(1, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(bg)
 		cancel()
@@ -258,7 +256,7 @@ func TestCancelledContext(t *testing.T) {
 // result is the same limit with no clock configured anywhere.
 func TestDefaultServerClock(t *testing.T) {
 	for name, st := range stores.All(t) {
-		l, err := fleetlimit.New(algorithm.SlidingWindowLog(3, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()))
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(3, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 		require.NoError(t, err)
 		var got []bool
 		for range 5 {
@@ -328,7 +326,7 @@ func TestCallerDeadlines(t *testing.T) {
 func TestUnnamedLimitersDoNotShareByAccident(t *testing.T) {
 	for name, st := range stores.All(t) {
 		mk := func(s algorithm.Strategy) *fleetlimit.Limiter {
-			l, err := fleetlimit.New(s, st, fleetlimit.WithClock(fixedClock(t0.Add(time.Second))), fleetlimit.WithTimeout(slowMachine))
+			l, err := fleetlimit.New(s, st, fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Second))), fleetlimit.WithTimeout(slowMachine))
 			require.NoError(t, err)
 			return l
 		}
@@ -361,7 +359,7 @@ func TestUnnamedLimitersDoNotShareByAccident(t *testing.T) {
 func TestNamesSeparateState(t *testing.T) {
 	for name, st := range stores.All(t) {
 		mk := func(s algorithm.Strategy, opts ...fleetlimit.Option) *fleetlimit.Limiter {
-			l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{fleetlimit.WithClock(fixedClock(t0.Add(time.Second)))}, opts...)...)
+			l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Second))), fleetlimit.WithTimeout(slowMachine)}, opts...)...)
 			require.NoError(t, err)
 			return l
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -129,7 +130,7 @@ func admittedCost(costs []int64, res []fleetlimit.Result) int64 {
 
 // realTimeLimiter is a limiter on the store's own clock.
 func realTimeLimiter(s algorithm.Strategy, st store.Store, prefix string) (*fleetlimit.Limiter, error) {
-	return fleetlimit.New(s, st, fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithTimeout(propTimeout),
+	return fleetlimit.New(s, st, fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithTimeout(proptest.Timeout),
 		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
 }
 
@@ -171,11 +172,11 @@ func TestPropertyMultiInstanceSharedRedis(t *testing.T) {
 	}
 	redistest.Real(t)    // fail early when the real server does not answer
 	redistest.Cluster(t) // or the cluster
-	for _, e := range registryEntries(t) {
+	for _, e := range proptest.RegistryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, srv := range servers {
 				t.Run(srv.name, func(t *testing.T) {
-					checkProperty(t, srv.cases, prop.ForAll(func(f fleetCase) (string, error) {
+					proptest.Check(t, srv.cases, prop.ForAll(func(f fleetCase) (string, error) {
 						return checkSharedRedis(srv.dial, e, f)
 					}, fleetGen(false)))
 				})
@@ -277,9 +278,9 @@ func checkSharedRedis(dial func() redis.UniversalClient, e algorithm.Entry, f fl
 // each receives more than the limit. The same traffic through K limiters
 // over one shared store admits exactly the limit.
 func TestPropertyMultiInstancePerProcessMemory(t *testing.T) {
-	for _, e := range registryEntries(t) {
+	for _, e := range proptest.RegistryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
-			checkProperty(t, fleetMemoryCases, prop.ForAll(func(f fleetCase) (string, error) {
+			proptest.Check(t, fleetMemoryCases, prop.ForAll(func(f fleetCase) (string, error) {
 				s := e.New(f.Limit, midWindow(time.Now()))
 				perProcess := make([]*fleetlimit.Limiter, f.K)
 				shared := make([]*fleetlimit.Limiter, f.K)

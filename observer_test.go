@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/spy"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
@@ -24,7 +25,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 	for name, st := range stores.All(t) {
 		rec := &spy.Observer{}
 		l, err := fleetlimit.New(algorithm.FixedWindow(3, time.Minute), st, fleetlimit.WithName("search"),
-			fleetlimit.WithObserver(rec), fleetlimit.WithClock(fixedClock(t0.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()),
+			fleetlimit.WithObserver(rec), fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Second))), fleetlimit.WithKeyPrefix(redistest.Prefix()),
 			fleetlimit.WithTimeout(slowMachine))
 		require.NoError(t, err)
 		_, err = l.AllowN(bg, "alice", 2)

@@ -8,13 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 )
 
-// t0 is an instant on a minute boundary (so fixed windows of a minute start
-// here) used by every step table.
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// step is one request in a table: at t0+at, cost n, and the expected decision.
+// step is one request in a table: at proptest.Epoch+at (a minute edge, so
+// fixed windows of a minute start there), cost n, and the expected decision.
 type step struct {
 	at     time.Duration
 	n      int64
@@ -35,7 +33,7 @@ func run(t *testing.T, s algorithm.Strategy, steps []step) {
 	require.NoError(t, s.Validate())
 	st := s.NewState()
 	for i, x := range steps {
-		got, err := s.Decide(st, t0.Add(x.at), x.n)
+		got, err := s.Decide(st, proptest.Epoch.Add(x.at), x.n)
 		require.NoError(t, err)
 		require.Equal(t, x.want, got, "step %d (at %v, n=%d): %s", i, x.at, x.n, x.reason)
 	}
@@ -95,7 +93,7 @@ func TestTokenBucketFractionalRate(t *testing.T) {
 }
 
 func TestFixedWindowSteps(t *testing.T) {
-	// t0 is a multiple of a minute, so windows are [t0, t0+1m), [t0+1m, ...).
+	// Epoch is a multiple of a minute, so windows are [Epoch, Epoch+1m), [Epoch+1m, ...).
 	run(t, algorithm.FixedWindow(3, time.Minute), []step{
 		{0, 1, ok(3, 2, 60*s), "the window ends in 60s"},
 		{59 * s, 2, ok(3, 0, 1*s), "the rest of the window, just before its edge"},
@@ -159,7 +157,7 @@ func TestTokenBucketExtremes(t *testing.T) {
 func TestDecideRejectsForeignState(t *testing.T) {
 	log := algorithm.SlidingWindowLog(1, time.Second)
 	bucket := algorithm.TokenBucket(1, time.Second, 1)
-	_, err := log.Decide(bucket.NewState(), t0, 1)
+	_, err := log.Decide(bucket.NewState(), proptest.Epoch, 1)
 	require.ErrorIs(t, err, algorithm.ErrStateType)
 }
 
@@ -185,7 +183,7 @@ func TestDecideOnInvalidStrategy(t *testing.T) {
 		algorithm.FixedWindow(1, 0),
 		algorithm.SlidingWindowLog(1, 0),
 	} {
-		_, err := s.Decide(s.NewState(), t0, 1)
+		_, err := s.Decide(s.NewState(), proptest.Epoch, 1)
 		require.ErrorIs(t, err, algorithm.ErrInvalidStrategy, s.Name())
 	}
 }
@@ -201,9 +199,9 @@ func TestRemainingNeverNegativeOnSharedState(t *testing.T) {
 	} {
 		big, small := pair[0], pair[1]
 		st := big.NewState()
-		_, err := big.Decide(st, t0, 5)
+		_, err := big.Decide(st, proptest.Epoch, 5)
 		require.NoError(t, err)
-		d, err := small.Decide(st, t0, 1)
+		d, err := small.Decide(st, proptest.Epoch, 1)
 		require.NoError(t, err)
 		require.False(t, d.Allowed, big.Name())
 		require.Zero(t, d.Remaining, big.Name())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -74,7 +75,7 @@ func TestClockSkewSlidingLog(t *testing.T) {
 // key: the behind clock joins the newer window. Limit 2: one in the old
 // window, two in the new, then nothing.
 func TestClockSkewFixedWindow(t *testing.T) {
-	edge := time.Date(2026, 1, 1, 0, 31, 0, 0, time.UTC)
+	edge := proptest.Epoch.Add(31 * time.Minute)
 	for name, st := range allStores(t) {
 		s := algorithm.FixedWindow(2, time.Minute)
 		ls := skewed(t, s, st, redistest.Prefix(), edge, -time.Second, time.Second)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -32,7 +33,7 @@ var bg = context.Background()
 
 // t0 is a fixed instant in the middle of a minute and of an hour, so that a
 // pinned clock is far from every window edge.
-var t0 = time.Date(2026, 1, 1, 0, 30, 30, 0, time.UTC)
+var t0 = proptest.Epoch.Add(30*time.Minute + 30*time.Second)
 
 // hangGuard is how much longer than its timeout a call may take before the
 // suite calls it hung. It is a guard, not a speed assertion.

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 )
 
@@ -113,7 +114,7 @@ func TestHungRedis(t *testing.T) {
 	c := faultClient(t, p)
 	st := redisStore(t, c)
 	for _, policy := range policies {
-		clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		clock := fakeclock.New(proptest.Epoch)
 		b, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Clock: clock.Now})
 		require.NoError(t, err)
 		l := newLimiter(t, algorithm.TokenBucket(1000, time.Second, 1000), st, fleetlimit.WithTimeout(timeout),

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/httplimit"
 	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/spy"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
@@ -42,7 +43,7 @@ type failureRig struct {
 const rigThreshold = 3
 
 func newFailureRig(t *testing.T, st store.Store, policy fleetlimit.FailurePolicy, timeout time.Duration) (*failureRig, func() response) {
-	rig := &failureRig{st: &spy.Store{Store: st}, clk: fakeclock.New(t0), rec: &spy.Observer{}, limit: 100}
+	rig := &failureRig{st: &spy.Store{Store: st}, clk: fakeclock.New(proptest.Epoch), rec: &spy.Observer{}, limit: 100}
 	b, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Threshold: rigThreshold, Clock: rig.clk.Now})
 	require.NoError(t, err)
 	rig.l, err = fleetlimit.New(algorithm.TokenBucket(rig.limit, time.Minute, rig.limit), rig.st,

@@ -16,6 +16,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/httplimit"
 	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/spy"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
@@ -117,7 +118,7 @@ func mustInt(t *testing.T, s string) int64 {
 // next request through.
 func TestMiddlewareHeaders(t *testing.T) {
 	type step struct {
-		at     time.Duration // since t0; honour: at the previous Retry-After instead
+		at     time.Duration // since proptest.Epoch; honour: at the previous Retry-After instead
 		honour bool
 		status int
 		want   rateHeaders
@@ -153,7 +154,7 @@ func TestMiddlewareHeaders(t *testing.T) {
 	}
 	for storeName, st := range stores.All(t) {
 		for _, c := range cases {
-			clk := fakeclock.New(t0)
+			clk := fakeclock.New(proptest.Epoch)
 			l, err := fleetlimit.New(c.strategy, st, fleetlimit.WithName(c.name), fleetlimit.WithClock(clk.Now),
 				fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine))
 			require.NoError(t, err)
@@ -164,7 +165,7 @@ func TestMiddlewareHeaders(t *testing.T) {
 				if s.honour {
 					clk.Advance(time.Duration(retryAfter) * time.Second)
 				} else {
-					clk.Advance(t0.Add(s.at).Sub(clk.Now()))
+					clk.Advance(proptest.Epoch.Add(s.at).Sub(clk.Now()))
 				}
 				resp := get(t, srv)
 				require.Equal(t, s.status, resp.status, msg)
@@ -298,7 +299,7 @@ func TestMiddlewareKeyError(t *testing.T) {
 func TestMiddlewareCost(t *testing.T) {
 	mem := store.NewMemory()
 	defer mem.Close()
-	l, err := fleetlimit.New(algorithm.FixedWindow(10, time.Minute), mem, fleetlimit.WithClock(fixedClock(t0)))
+	l, err := fleetlimit.New(algorithm.FixedWindow(10, time.Minute), mem, fleetlimit.WithClock(fixedClock(proptest.Epoch)))
 	require.NoError(t, err)
 	srv := serve(t, httplimit.Middleware(l, httplimit.KeyConst("c"), httplimit.WithCost(httplimit.CostByContentLength(100)))(okHandler))
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -20,7 +21,7 @@ import (
 // The server answers as the curl lines it prints say it will.
 func TestServerAnswersAsPrinted(t *testing.T) {
 	mr, c := redistest.Mini(t)
-	mr.SetTime(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)) // Redis TIME stands still: no refill mid-test
+	mr.SetTime(proptest.Epoch.Add(30 * time.Second)) // Redis TIME stands still: no refill mid-test
 	shared, fallback := stores.Redis(t, c), store.NewMemory()
 	t.Cleanup(func() { _ = shared.Close(); _ = fallback.Close() })
 	// A generous timeout: a loaded CI machine must not turn a decision into

@@ -1,4 +1,4 @@
-package fleetlimit_test
+package algorithm_test
 
 // Boundary-burst and result properties of every strategy on every store.
 // docs/guarantees.md states in plain words what each test proves.
@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -35,15 +36,15 @@ var tightTiming = map[string]bool{
 // request is denied only when the window (t-W, t] already holds more than
 // limit-n (or n > limit), and Remaining is exactly what the window has left.
 func TestPropertyExactWindow(t *testing.T) {
-	bs := propBackends(t)
+	bs := proptest.Backends(t)
 	found := false
-	for _, e := range registryEntries(t) {
+	for _, e := range proptest.RegistryEntries(t) {
 		if !e.Exact {
 			continue
 		}
 		found = true
 		t.Run(e.Name, func(t *testing.T) {
-			checkOnBackends(t, bs, entryCases(e), func(s propScenario, outs []propOutcome) string {
+			proptest.CheckOnBackends(t, bs, proptest.EntryCases(e), func(s proptest.Scenario, outs []proptest.Outcome) string {
 				if msg := checkExactWindow(outs, s.Strat.S); msg != "" || e.Name != "sliding_window_log" {
 					return msg
 				}
@@ -58,8 +59,8 @@ func TestPropertyExactWindow(t *testing.T) {
 
 // checkExactWindow reports an interval of length W holding more than the
 // limit.
-func checkExactWindow(outs []propOutcome, s algorithm.Strategy) string {
-	most, from, to := maxAdmittedIn(outs, s.Window())
+func checkExactWindow(outs []proptest.Outcome, s algorithm.Strategy) string {
+	most, from, to := proptest.MaxAdmittedIn(outs, s.Window())
 	if most > s.Limit() {
 		return fmt.Sprintf("admitted %d > limit %d within %v (from %s to %s), an interval shorter than the window %v",
 			most, s.Limit(), to.Sub(from), from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), s.Window())
@@ -70,7 +71,7 @@ func checkExactWindow(outs []propOutcome, s algorithm.Strategy) string {
 // checkSlidingLogModel compares every decision with the sliding-log model
 // computed from the admissions alone: a unit admitted at a counts at t iff
 // a > t - W.
-func checkSlidingLogModel(outs []propOutcome, s algorithm.Strategy) string {
+func checkSlidingLogModel(outs []proptest.Outcome, s algorithm.Strategy) string {
 	limit, w := s.Limit(), s.Window().Microseconds()
 	type adm struct{ at, n int64 }
 	hist := make(map[string][]adm)
@@ -109,9 +110,9 @@ func checkSlidingLogModel(outs []propOutcome, s algorithm.Strategy) string {
 // and decides every request exactly as golang.org/x/time/rate's
 // Limiter.AllowN(t, n) does on the same timeline.
 func TestPropertyTokenBucket(t *testing.T) {
-	e := registryEntry(t, "token_bucket")
-	newStrat := func(b propBackend, r *rand.Rand) stratCase { return tokenBucketCase(e, b, r) }
-	checkOnBackends(t, propBackends(t), newStrat, func(s propScenario, outs []propOutcome) string {
+	e := proptest.RegistryEntry(t, "token_bucket")
+	newStrat := func(b proptest.Backend, r *rand.Rand) proptest.StratCase { return proptest.TokenBucketCase(e, b, r) }
+	proptest.CheckOnBackends(t, proptest.Backends(t), newStrat, func(s proptest.Scenario, outs []proptest.Outcome) string {
 		if msg := checkAgainstXTimeRate(outs, s.Strat); msg != "" {
 			return msg
 		}
@@ -122,7 +123,7 @@ func TestPropertyTokenBucket(t *testing.T) {
 // checkAgainstXTimeRate replays the outcomes on one x/time/rate Limiter per
 // key. Its Limit is computed as a float from rate and per, not with
 // rate.Every(per/rate), whose integer division would round the interval.
-func checkAgainstXTimeRate(outs []propOutcome, sc stratCase) string {
+func checkAgainstXTimeRate(outs []proptest.Outcome, sc proptest.StratCase) string {
 	refs := make(map[string]*rate.Limiter)
 	for i, o := range outs {
 		ref, ok := refs[o.Key]
@@ -141,10 +142,10 @@ func checkAgainstXTimeRate(outs []propOutcome, sc stratCase) string {
 
 // checkTokenBucketBound checks sum*per <= burst*per + rate*d over every pair
 // of admissions of a key, in integer microseconds.
-func checkTokenBucketBound(outs []propOutcome, sc stratCase) string {
+func checkTokenBucketBound(outs []proptest.Outcome, sc proptest.StratCase) string {
 	per := sc.Per.Microseconds()
-	for key, ko := range outcomesByKey(outs) {
-		var adm []propOutcome
+	for key, ko := range proptest.OutcomesByKey(outs) {
+		var adm []proptest.Outcome
 		for _, o := range ko {
 			if o.Res.Allowed {
 				adm = append(adm, o)
@@ -170,11 +171,11 @@ func checkTokenBucketBound(outs []propOutcome, sc stratCase) string {
 // says (not over-strict either), and never more than 2*limit in any interval
 // of length W: the flaw is bounded by two windows.
 func TestPropertyFixedWindow(t *testing.T) {
-	checkOnBackends(t, propBackends(t), entryCases(registryEntry(t, "fixed_window")), func(s propScenario, outs []propOutcome) string {
+	proptest.CheckOnBackends(t, proptest.Backends(t), proptest.EntryCases(proptest.RegistryEntry(t, "fixed_window")), func(s proptest.Scenario, outs []proptest.Outcome) string {
 		if msg := checkFixedWindowModel(outs, s.Strat.S); msg != "" {
 			return msg
 		}
-		if most, from, to := maxAdmittedIn(outs, s.Strat.S.Window()); most > 2*s.Strat.S.Limit() {
+		if most, from, to := proptest.MaxAdmittedIn(outs, s.Strat.S.Window()); most > 2*s.Strat.S.Limit() {
 			return fmt.Sprintf("admitted %d > 2*limit within %v (from %s)", most, to.Sub(from), from.Format(time.RFC3339Nano))
 		}
 		return ""
@@ -183,7 +184,7 @@ func TestPropertyFixedWindow(t *testing.T) {
 
 // checkFixedWindowModel compares every decision with a counter per key and
 // aligned window [i*W, (i+1)*W).
-func checkFixedWindowModel(outs []propOutcome, s algorithm.Strategy) string {
+func checkFixedWindowModel(outs []proptest.Outcome, s algorithm.Strategy) string {
 	limit, w := s.Limit(), s.Window().Microseconds()
 	type win struct {
 		key string
@@ -225,7 +226,7 @@ func (eb edgeBurst) String() string {
 
 // edgeBurstGen generates boundary bursts; Delta is 1 to 3 grains or anywhere
 // below the window.
-func edgeBurstGen(b propBackend) gopter.Gen {
+func edgeBurstGen(b proptest.Backend) gopter.Gen {
 	split := func(r *rand.Rand, total int64) []int64 {
 		var cs []int64
 		for total > 0 {
@@ -245,25 +246,25 @@ func edgeBurstGen(b propBackend) gopter.Gen {
 		if large {
 			eb.Limit = 100 + r.Int63n(401)
 		}
-		eb.Window = b.window(r, large)
-		grains := int64(eb.Window / b.grain())
+		eb.Window = b.Window(r, large)
+		grains := int64(eb.Window / b.Grain())
 		if r.Intn(2) == 0 || grains < 2 {
-			eb.Delta = time.Duration(1+r.Int63n(min(3, max(1, grains-1)))) * b.grain()
+			eb.Delta = time.Duration(1+r.Int63n(min(3, max(1, grains-1)))) * b.Grain()
 		} else {
-			eb.Delta = time.Duration(1+r.Int63n(grains-1)) * b.grain()
+			eb.Delta = time.Duration(1+r.Int63n(grains-1)) * b.Grain()
 		}
 		eb.First, eb.Second = split(r, eb.Limit), split(r, eb.Limit)
 		return gopter.NewGenResult(eb, gopter.NoShrinker)
 	}
 }
 
-func (eb edgeBurst) events() (edge time.Time, evs []propEvent) {
-	edge = edgeAfter(epoch2026, eb.Window).Add(eb.Window)
+func (eb edgeBurst) events() (edge time.Time, evs []proptest.Event) {
+	edge = proptest.EdgeAfter(proptest.Epoch, eb.Window).Add(eb.Window)
 	for _, c := range eb.First {
-		evs = append(evs, propEvent{At: edge.Add(-eb.Delta), Key: "alice", N: c})
+		evs = append(evs, proptest.Event{At: edge.Add(-eb.Delta), Key: "alice", N: c})
 	}
 	for _, c := range eb.Second {
-		evs = append(evs, propEvent{At: edge, Key: "alice", N: c})
+		evs = append(evs, proptest.Event{At: edge, Key: "alice", N: c})
 	}
 	return edge, evs
 }
@@ -274,22 +275,22 @@ func (eb edgeBurst) events() (edge time.Time, evs []propEvent) {
 // admitted in any interval of length W is exactly 2*limit. Every Exact
 // algorithm given the same timeline admits exactly limit.
 func TestPropertyFixedWindowBoundaryBurst(t *testing.T) {
-	fixed := registryEntry(t, "fixed_window")
+	fixed := proptest.RegistryEntry(t, "fixed_window")
 	var exact []algorithm.Entry
-	for _, e := range registryEntries(t) {
+	for _, e := range proptest.RegistryEntries(t) {
 		if e.Exact {
 			exact = append(exact, e)
 		}
 	}
-	for _, b := range propBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			checkProperty(t, b.cases, prop.ForAll(func(eb edgeBurst) (string, error) {
+	for _, b := range proptest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			proptest.Check(t, b.Cases, prop.ForAll(func(eb edgeBurst) (string, error) {
 				_, evs := eb.events()
-				r, err := newPropRig(b.store, fixed.New(eb.Limit, eb.Window))
+				r, err := proptest.NewRig(b.Store, fixed.New(eb.Limit, eb.Window))
 				if err != nil {
 					return "", err
 				}
-				outs, err := r.run(evs)
+				outs, err := r.Run(evs)
 				if err != nil {
 					return "", err
 				}
@@ -298,17 +299,17 @@ func TestPropertyFixedWindowBoundaryBurst(t *testing.T) {
 						return fmt.Sprintf("fixed window denied request %d (n=%d at %s): %+v", i, o.N, o.At.Format(time.RFC3339Nano), o.Res), nil
 					}
 				}
-				most, from, to := maxAdmittedIn(outs, eb.Window)
+				most, from, to := proptest.MaxAdmittedIn(outs, eb.Window)
 				if most != 2*eb.Limit || to.Sub(from) != eb.Delta {
 					return fmt.Sprintf("most admitted in an interval of length W is %d within %v, want exactly 2*limit = %d within %v",
 						most, to.Sub(from), 2*eb.Limit, eb.Delta), nil
 				}
 				for _, e := range exact {
-					r, err := newPropRig(b.store, e.New(eb.Limit, eb.Window))
+					r, err := proptest.NewRig(b.Store, e.New(eb.Limit, eb.Window))
 					if err != nil {
 						return "", err
 					}
-					outs, err := r.run(evs)
+					outs, err := r.Run(evs)
 					if err != nil {
 						return "", err
 					}
@@ -333,25 +334,25 @@ func TestPropertyFixedWindowBoundaryBurst(t *testing.T) {
 // falsify it: the boundary burst is found by search, not only by the
 // hand-built timeline above. The counterexample is logged.
 func TestPropertyFixedWindowFlawFound(t *testing.T) {
-	e := registryEntry(t, "fixed_window")
-	for _, b := range propBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			exact := scenarioProp(b, entryCases(e), func(s propScenario, outs []propOutcome) string {
+	e := proptest.RegistryEntry(t, "fixed_window")
+	for _, b := range proptest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			exact := proptest.ScenarioProp(b, proptest.EntryCases(e), func(s proptest.Scenario, outs []proptest.Outcome) string {
 				return checkExactWindow(outs, s.Strat.S)
 			})
-			params := propParams(t, b.cases)
+			params := proptest.Params(t, b.Cases)
 			res := exact.Check(params)
 			if res.Status != gopter.TestFailed || len(res.Args) != 1 {
 				var out strings.Builder
 				gopter.NewFormatedReporter(true, 1<<20, &out).ReportTestResult(t.Name(), res)
 				t.Fatalf("want the exactness property falsified for the fixed window, got: %s\nseed %d", out.String(), params.Seed())
 			}
-			s := res.Args[0].Arg.(propScenario)
-			outs, err := runScenario(b.store, s)
+			s := res.Args[0].Arg.(proptest.Scenario)
+			outs, err := proptest.RunScenario(b.Store, s)
 			if err != nil {
 				t.Fatal(err)
 			}
-			most, _, _ := maxAdmittedIn(outs, s.Strat.S.Window())
+			most, _, _ := proptest.MaxAdmittedIn(outs, s.Strat.S.Window())
 			if limit := s.Strat.S.Limit(); most <= limit || most > 2*limit {
 				t.Fatalf("counterexample %v admits %d in a window, want more than the limit %d and at most twice it", s, most, limit)
 			}
@@ -372,14 +373,14 @@ func TestPropertyFixedWindowFlawFound(t *testing.T) {
 // built-in algorithms both waits are also tight: one microsecond earlier is
 // denied.
 func TestPropertyResultConsistency(t *testing.T) {
-	bs := propBackends(t)
-	for _, e := range registryEntries(t) {
+	bs := proptest.Backends(t)
+	for _, e := range proptest.RegistryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, b := range bs {
-				t.Run(b.name, func(t *testing.T) {
-					g := scenarioGen(b, func(r *rand.Rand) stratCase { return entryCase(e, b, r) }, false)
-					checkProperty(t, b.cases, prop.ForAll(func(s propScenario) (string, error) {
-						return checkConsistency(b.store, s, tightTiming[e.Name])
+				t.Run(b.Name, func(t *testing.T) {
+					g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.EntryCase(e, b, r) }, false)
+					proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) {
+						return checkConsistency(b.Store, s, tightTiming[e.Name])
 					}, g))
 				})
 			}
@@ -388,7 +389,7 @@ func TestPropertyResultConsistency(t *testing.T) {
 }
 
 // resultInvariants checks one Result against the contract.
-func resultInvariants(s algorithm.Strategy, ev propEvent, r fleetlimit.Result) string {
+func resultInvariants(s algorithm.Strategy, ev proptest.Event, r fleetlimit.Result) string {
 	limit, w := s.Limit(), s.Window()
 	switch {
 	case r.Limit != limit:
@@ -417,19 +418,19 @@ func resultInvariants(s algorithm.Strategy, ev propEvent, r fleetlimit.Result) s
 
 // checkConsistency runs the scenario (sorted: time never runs backwards for
 // a key) checking every Result, then probes its last decision.
-func checkConsistency(st store.Store, s propScenario, tight bool) (string, error) {
+func checkConsistency(st store.Store, s proptest.Scenario, tight bool) (string, error) {
 	strat := s.Strat.S
 	evs := s.Events()
 	if len(evs) == 0 {
 		return "", nil
 	}
-	main, err := newPropRig(st, strat)
+	main, err := proptest.NewRig(st, strat)
 	if err != nil {
 		return "", err
 	}
-	var last propOutcome
+	var last proptest.Outcome
 	for i, ev := range evs {
-		res, err := main.at(ev)
+		res, err := main.At(ev)
 		if err != nil {
 			return "", err
 		}
@@ -437,7 +438,7 @@ func checkConsistency(st store.Store, s propScenario, tight bool) (string, error
 			return fmt.Sprintf("request %d (%q n=%d at +%v): %s: %+v", i, ev.Key, ev.N, ev.At.Sub(s.Base), msg, res), nil
 		}
 		if !res.Allowed {
-			again, err := main.at(ev)
+			again, err := main.At(ev)
 			if err != nil {
 				return "", err
 			}
@@ -446,23 +447,23 @@ func checkConsistency(st store.Store, s propScenario, tight bool) (string, error
 					i, ev.Key, ev.N, res, again), nil
 			}
 		}
-		last = propOutcome{ev, res}
+		last = proptest.Outcome{Event: ev, Res: res}
 	}
 
-	ev, r := last.propEvent, last.Res
+	ev, r := last.Event, last.Res
 	limit := strat.Limit()
-	probe := func(rg *propRig, at time.Time, n int64) (fleetlimit.Result, error) {
-		return rg.at(propEvent{At: at, Key: ev.Key, N: n})
+	probe := func(rg *proptest.Rig, at time.Time, n int64) (fleetlimit.Result, error) {
+		return rg.At(proptest.Event{At: at, Key: ev.Key, N: n})
 	}
 	// replay decides the last key's events again on a fresh rig.
-	replay := func() (*propRig, error) {
-		rg, err := newPropRig(st, strat)
+	replay := func() (*proptest.Rig, error) {
+		rg, err := proptest.NewRig(st, strat)
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range evs {
 			if e.Key == ev.Key {
-				if _, err := rg.at(e); err != nil {
+				if _, err := rg.At(e); err != nil {
 					return nil, err
 				}
 			}

@@ -1,4 +1,4 @@
-package fleetlimit_test
+package algorithm_test
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/leanovate/gopter/prop"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 )
 
 // TestPropertyTwinAgreement: for every registered algorithm, its Go rule (run
@@ -19,31 +20,31 @@ import (
 // clocks deliver it, so the "time never runs backwards" clamps are compared
 // too. A change to one twin that is not made in the other fails here.
 func TestPropertyTwinAgreement(t *testing.T) {
-	mem := propMemory(t)
-	bs := propBackends(t, "miniredis", "redis")
-	for _, e := range registryEntries(t) {
+	mem := proptest.Memory(t)
+	bs := proptest.Backends(t, "miniredis", "redis")
+	for _, e := range proptest.RegistryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, b := range bs {
-				t.Run(b.name, func(t *testing.T) {
-					g := scenarioGen(b, func(r *rand.Rand) stratCase { return twinCase(e, b, r) }, true)
-					checkProperty(t, b.cases, prop.ForAll(func(s propScenario) (string, error) {
+				t.Run(b.Name, func(t *testing.T) {
+					g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return twinCase(e, b, r) }, true)
+					proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) {
 						if err := s.Strat.S.Validate(); err != nil {
 							return "", err
 						}
-						goRule, err := newPropRig(mem, s.Strat.S)
+						goRule, err := proptest.NewRig(mem, s.Strat.S)
 						if err != nil {
 							return "", err
 						}
-						lua, err := newPropRig(b.store, s.Strat.S)
+						lua, err := proptest.NewRig(b.Store, s.Strat.S)
 						if err != nil {
 							return "", err
 						}
 						for i, ev := range s.Events() {
-							g, err := goRule.at(ev)
+							g, err := goRule.At(ev)
 							if err != nil {
 								return "", err
 							}
-							l, err := lua.at(ev)
+							l, err := lua.At(ev)
 							if err != nil {
 								return "", err
 							}
@@ -60,17 +61,17 @@ func TestPropertyTwinAgreement(t *testing.T) {
 	}
 }
 
-// twinCase is entryCase, and for the token bucket half the time any rate,
-// period and burst, so that rates that do not divide the period (the
+// twinCase is proptest.EntryCase, and for the token bucket half the time any
+// rate, period and burst, so that rates that do not divide the period (the
 // "<tat>:<e>" encoding) and large unit counts are compared too. On the real
 // server a token still takes at least a second.
-func twinCase(e algorithm.Entry, b propBackend, r *rand.Rand) stratCase {
+func twinCase(e algorithm.Entry, b proptest.Backend, r *rand.Rand) proptest.StratCase {
 	if e.Name != "token_bucket" || r.Intn(2) == 0 {
-		return entryCase(e, b, r)
+		return proptest.EntryCase(e, b, r)
 	}
 	var per time.Duration
 	var rate int64
-	if b.real {
+	if b.Real {
 		secs := 60 + r.Int63n(3541)
 		per, rate = time.Duration(secs)*time.Second, 1+r.Int63n(secs)
 	} else {
@@ -86,6 +87,6 @@ func twinCase(e algorithm.Entry, b propBackend, r *rand.Rand) stratCase {
 	}
 	burst := 1 + r.Int63n(1000)
 	s := algorithm.TokenBucket(rate, per, burst)
-	return stratCase{Name: e.Name, S: s, Rate: rate, Per: per, Burst: burst,
+	return proptest.StratCase{Name: e.Name, S: s, Rate: rate, Per: per, Burst: burst,
 		Desc: fmt.Sprintf("TokenBucket(%d, %v, %d)", rate, per, burst)}
 }

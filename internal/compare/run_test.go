@@ -1,0 +1,98 @@
+package compare
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+)
+
+// runSmall runs the scenarios (all when none is named) cut down to seconds
+// on miniredis: a limit of 10 per minute, few users and windows, fleets of
+// 1, 4 and 16. The root package's compare_test.go asserts what the table
+// claims; these tests assert how Run builds it.
+func runSmall(t *testing.T, srv *Server, scenarios ...string) *Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{
+		Server: srv, Limit: 10, Window: time.Minute, Scenarios: scenarios, Users: 20, Instances: []int{1, 4, 16},
+		OverloadUsers: 1, OverloadWindows: 3, FleetUsers: 1, FleetWindows: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestRunEmbedded(t *testing.T) {
+	srv, err := Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rep := runSmall(t, srv)
+
+	t.Run("every registered algorithm appears in every scenario, once", func(t *testing.T) {
+		type id struct {
+			scenario, algorithm, store string
+			instances                  int
+			limit                      int64
+		}
+		seen := map[id]bool{}
+		for _, r := range rep.Rows {
+			k := id{r.Scenario, r.Algorithm, r.Store, r.Instances, r.Limit}
+			if seen[k] {
+				t.Errorf("two rows for %+v", k)
+			}
+			seen[k] = true
+		}
+		for _, e := range algorithm.Registry() {
+			for _, k := range []id{
+				{"boundary burst", e.Name, StoreRedis, 1, 10},
+				{"overload 3x", e.Name, StoreMemory, 1, 10},
+				{manyUsersName, e.Name, StoreRedis, 1, 100},
+			} {
+				if !seen[k] {
+					t.Errorf("no row for %+v", k)
+				}
+			}
+		}
+	})
+
+	t.Run("memory is not guessed on the embedded server", func(t *testing.T) {
+		for _, r := range rep.Rows {
+			if r.MemoryUsage != nil || r.UsedMemory != nil || r.Commands != nil || r.LatencyP50 != nil || r.LatencyP99 != nil {
+				t.Errorf("%s %s %s: measured %+v on miniredis", r.Scenario, r.Algorithm, r.Store, r)
+			}
+			if r.Store == StoreRedis && r.NotMeasured != "embedded" {
+				t.Errorf("%s %s: not_measured %q, want embedded", r.Scenario, r.Algorithm, r.NotMeasured)
+			}
+		}
+	})
+}
+
+func TestRunRealRedis(t *testing.T) {
+	srv, err := Standalone(context.Background(), redistest.RealAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rep := runSmall(t, srv, Fleet)
+
+	t.Run("measured on the real server", func(t *testing.T) {
+		for _, r := range rep.Rows {
+			if r.Store != StoreRedis {
+				continue
+			}
+			// Other tests share the server, so commandstats can only
+			// over-count: every decision is an EVALSHA plus at least one
+			// command inside its script.
+			if r.Commands == nil || *r.Commands < 2 || r.LatencyP50 == nil || *r.LatencyP50 <= 0 || *r.LatencyP99 < *r.LatencyP50 {
+				t.Errorf("%s %s x%d: commands %v, p50 %v, p99 %v", r.Scenario, r.Algorithm, r.Instances, r.Commands, r.LatencyP50, r.LatencyP99)
+			}
+		}
+	})
+}

@@ -1,0 +1,110 @@
+package proptest
+
+import (
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// Backend is a store every property runs on.
+type Backend struct {
+	Name string
+	// Real is the real redis-server, which expires keys in real time while
+	// the timelines run on a virtual clock: its timelines are in whole
+	// seconds (plus under 10ms of jitter) and its windows are minutes, so
+	// that every key's TTL stays near or above a second (see Grain).
+	Real  bool
+	Store store.Store
+	Cases int // property cases per strategy
+}
+
+// Case counts per property and strategy: hundreds on every store.
+// miniredis (Lua interpreted in Go, under -race) is the slowest.
+const (
+	memoryCases = 300
+	miniCases   = 200
+	realCases   = 200
+)
+
+// Backends returns the stores to run on: "memory", "miniredis", "redis"
+// (the real server that ./test.sh starts), all three when none is named —
+// the real one only when the environment names it (redistest.HaveReal).
+func Backends(t *testing.T, names ...string) []Backend {
+	t.Helper()
+	if len(names) == 0 {
+		names = []string{"memory", "miniredis"}
+		if redistest.HaveReal(t) {
+			names = append(names, "redis")
+		}
+	}
+	var bs []Backend
+	for _, name := range names {
+		switch name {
+		case "memory":
+			bs = append(bs, Backend{Name: name, Store: Memory(t), Cases: memoryCases})
+		case "miniredis":
+			_, c := redistest.Mini(t)
+			bs = append(bs, Backend{Name: name, Store: stores.Redis(t, c), Cases: miniCases})
+		case "redis":
+			c := redistest.Real(t)
+			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Cases: realCases})
+		default:
+			t.Fatalf("unknown backend %q", name)
+		}
+	}
+	return bs
+}
+
+// Memory returns a Memory store for the whole test. Its sweeper is kept
+// from running: the properties' rigs run different virtual clocks on one
+// store, and the sweeper judges every key of a shard by the latest decision
+// time seen there, so it could drop a key that is not full on its own clock.
+func Memory(t *testing.T) *store.Memory {
+	m := store.NewMemory(store.WithSweepInterval(24 * time.Hour))
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// Grain is the time step of generated timelines around window edges: a
+// microsecond, or on the real server a second (the fixed window's TTL is
+// the time to the window's end, so an arrival a microsecond before an edge
+// would write a key that expires in a millisecond of real time).
+func (b Backend) Grain() time.Duration {
+	if b.Real {
+		return time.Second
+	}
+	return time.Microsecond
+}
+
+// maxJitter is the most sub-grain time added to an arrival, in µs: on the
+// real server up to 10ms, so that its Lua still sees microsecond times.
+func (b Backend) maxJitter() int64 {
+	if b.Real {
+		return 10_000
+	}
+	return 0
+}
+
+// Window picks a window or period. Large limits get long windows on the
+// real server, so that a token bucket's time per token stays >= 1.5s.
+func (b Backend) Window(r *rand.Rand, large bool) time.Duration {
+	if b.Real {
+		if large {
+			return time.Duration(1800+r.Intn(1801)) * time.Second
+		}
+		ws := []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute}
+		if i := r.Intn(len(ws) + 1); i < len(ws) {
+			return ws[i]
+		}
+		return time.Duration(60+r.Intn(541)) * time.Second
+	}
+	ws := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second, time.Minute, time.Hour}
+	if i := r.Intn(len(ws) + 1); i < len(ws) {
+		return ws[i]
+	}
+	return time.Duration(1000+r.Int63n(10_000_000)) * time.Microsecond
+}

@@ -1,0 +1,75 @@
+package proptest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// Timeout bounds one decision in the property tests: generous, so that a
+// loaded machine under -race is never mistaken for a store failure.
+const Timeout = 10 * time.Second
+
+// Rig is a limiter on a virtual clock over a fresh key prefix of a store.
+type Rig struct {
+	lim   *fleetlimit.Limiter
+	clock *fakeclock.Clock
+}
+
+// NewRig returns a rig deciding s over st, failing closed.
+func NewRig(st store.Store, s algorithm.Strategy) (*Rig, error) {
+	c := &fakeclock.Clock{}
+	lim, err := fleetlimit.New(s, st,
+		fleetlimit.WithClock(c.Now),
+		fleetlimit.WithKeyPrefix(redistest.Prefix()),
+		fleetlimit.WithTimeout(Timeout),
+		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
+	if err != nil {
+		return nil, err
+	}
+	return &Rig{lim: lim, clock: c}, nil
+}
+
+// At decides ev at its time.
+func (r *Rig) At(ev Event) (fleetlimit.Result, error) {
+	r.clock.Set(ev.At)
+	res, err := r.lim.AllowN(context.Background(), ev.Key, ev.N)
+	if err != nil {
+		return res, fmt.Errorf("%s %q n=%d: %w", ev.At.Format(time.RFC3339Nano), ev.Key, ev.N, err)
+	}
+	return res, nil
+}
+
+// Outcome is a decided event.
+type Outcome struct {
+	Event
+	Res fleetlimit.Result
+}
+
+// Run decides every event in order.
+func (r *Rig) Run(evs []Event) ([]Outcome, error) {
+	outs := make([]Outcome, 0, len(evs))
+	for _, ev := range evs {
+		res, err := r.At(ev)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, Outcome{ev, res})
+	}
+	return outs, nil
+}
+
+// RunScenario decides the scenario's events on a fresh rig over st.
+func RunScenario(st store.Store, s Scenario) ([]Outcome, error) {
+	r, err := NewRig(st, s.Strat.S)
+	if err != nil {
+		return nil, err
+	}
+	return r.Run(s.Events())
+}

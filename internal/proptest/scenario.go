@@ -1,0 +1,139 @@
+package proptest
+
+import (
+	"fmt"
+	"math/rand"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leanovate/gopter"
+	"github.com/leanovate/gopter/gen"
+)
+
+// Arrival is a burst of Repeat identical requests at one instant: Offset
+// grains (plus Jitter µs) from the Edge-th window edge after the timeline's
+// start. Most arrivals sit within 3 grains of an edge.
+type Arrival struct {
+	Edge   int
+	Offset int64
+	Jitter int64
+	Key    int // index into Keys
+	N      int64
+	Repeat int
+}
+
+// Keys are the keys timelines use. "{" and "%7B" would share a Redis key if
+// store.RedisKey's escaping were not one-to-one.
+var Keys = []string{"alice", "{", "%7B"}
+
+func arrivalGen(b Backend, limit int64, w time.Duration) gopter.Gen {
+	grains := max(1, int64(w/b.Grain()))
+	return func(p *gopter.GenParameters) *gopter.GenResult {
+		r := p.Rng
+		a := Arrival{Edge: 1 + r.Intn(3), Repeat: 1}
+		if r.Intn(5) < 3 {
+			a.Offset = r.Int63n(7) - 3 // at or around the edge
+		} else {
+			a.Offset = r.Int63n(2*grains+1) - grains // anywhere in the windows on either side
+		}
+		if j := b.maxJitter(); j > 0 && r.Intn(2) == 0 {
+			a.Jitter = r.Int63n(j)
+		}
+		switch k := r.Intn(10); {
+		case k < 6:
+			a.Key = 0
+		case k < 8:
+			a.Key = 1
+		default:
+			a.Key = 2
+		}
+		switch k := r.Intn(10); {
+		case k < 6:
+			a.N = 1
+		case k < 9:
+			a.N = 1 + r.Int63n(min(limit, 5))
+		default:
+			a.N = 1 + r.Int63n(limit+1) // up to limit+1: never passable
+		}
+		if r.Intn(10) < 3 {
+			a.Repeat = 2 + r.Intn(3)
+		}
+		return gopter.NewGenResult(a, gopter.NoShrinker)
+	}
+}
+
+// Scenario is a strategy and a timeline of requests to it.
+type Scenario struct {
+	Strat    StratCase
+	Arrivals []Arrival
+	Base     time.Time     // the timeline's start, a window edge
+	Grain    time.Duration // of Arrival.Offset
+	// Unsorted keeps the arrivals in generated order, as clocks skewed
+	// between instances would deliver them; otherwise they are sorted by
+	// time.
+	Unsorted bool
+}
+
+// Event is one request of a timeline.
+type Event struct {
+	At  time.Time
+	Key string
+	N   int64
+}
+
+// ScenarioGen generates scenarios of the strategies newStrat builds,
+// starting at the first window edge at or after Epoch. Shrinking drops
+// arrivals and keeps the strategy.
+func ScenarioGen(b Backend, newStrat func(*rand.Rand) StratCase, unsortedSometimes bool) gopter.Gen {
+	return func(p *gopter.GenParameters) *gopter.GenResult {
+		sc := newStrat(p.Rng)
+		w := sc.S.Window()
+		base := EdgeAfter(Epoch, w)
+		unsorted := unsortedSometimes && p.Rng.Intn(3) == 0
+		inner := gen.SliceOf(arrivalGen(b, sc.S.Limit(), w))(p)
+		arr, _ := inner.Retrieve()
+		wrap := func(a []Arrival) Scenario {
+			return Scenario{Strat: sc, Arrivals: a, Base: base, Grain: b.Grain(), Unsorted: unsorted}
+		}
+		shrinker := func(v any) gopter.Shrink {
+			return inner.Shrinker(v.(Scenario).Arrivals).Map(wrap)
+		}
+		return gopter.NewGenResult(wrap(arr.([]Arrival)), shrinker)
+	}
+}
+
+// Events expands the arrivals into requests, sorted by time unless Unsorted.
+func (s Scenario) Events() []Event {
+	w := s.Strat.S.Window()
+	var evs []Event
+	for _, a := range s.Arrivals {
+		at := s.Base.Add(time.Duration(a.Edge)*w + time.Duration(a.Offset)*s.Grain + time.Duration(a.Jitter)*time.Microsecond)
+		if at.Before(s.Base) {
+			at = s.Base
+		}
+		for range a.Repeat {
+			evs = append(evs, Event{At: at, Key: Keys[a.Key], N: a.N})
+		}
+	}
+	if !s.Unsorted {
+		slices.SortStableFunc(evs, func(x, y Event) int { return x.At.Compare(y.At) })
+	}
+	return evs
+}
+
+// String is what gopter prints for a failing case: the strategy and the
+// timeline relative to its start.
+func (s Scenario) String() string {
+	var b strings.Builder
+	order := "sorted"
+	if s.Unsorted {
+		order = "unsorted (skewed clocks)"
+	}
+	fmt.Fprintf(&b, "%s (Limit %d, Window %v); %d requests, %s, from %s:",
+		s.Strat.Desc, s.Strat.S.Limit(), s.Strat.S.Window(), len(s.Events()), order, s.Base.Format(time.RFC3339Nano))
+	for _, ev := range s.Events() {
+		fmt.Fprintf(&b, " [+%v %q n=%d]", ev.At.Sub(s.Base), ev.Key, ev.N)
+	}
+	return b.String()
+}
