@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"reflect"
 	"strings"
 	"time"
 
@@ -140,6 +141,9 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
 	}
+	if v := reflect.ValueOf(st); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("%w: nil %T store", ErrInvalidConfig, st)
+	}
 	cfg := defaults(s)
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -182,8 +186,8 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // records it if so.
 //
 // An empty or over-long key, n < 1, or a clock reading out of range is an
-// error (ErrInvalidKey, ErrInvalidCost, ErrClockOutOfRange) with a zero,
-// denied Result, and nothing is recorded. n above the limit is a plain
+// error (ErrInvalidKey, ErrInvalidCost, ErrClockOutOfRange) with a denied
+// Result that has only Limit set, and nothing is recorded. n above the limit is a plain
 // denial, not an error, and leaves the key as it was.
 //
 // The decision takes at most the limiter's timeout. When the store cannot

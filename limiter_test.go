@@ -53,9 +53,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"timeout below the floor": func() (*fleetlimit.Limiter, error) {
 			return fleetlimit.New(good, mem, fleetlimit.WithTimeout(fleetlimit.MinTimeout-time.Microsecond))
 		},
-		"nil clock":      func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithClock(nil)) },
-		"unknown policy": func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithFailurePolicy(7)) },
-		"empty name":     func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithName("")) },
+		"nil clock":       func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithClock(nil)) },
+		"typed nil store": func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, (*store.Redis)(nil)) },
+		"unknown policy":  func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithFailurePolicy(7)) },
+		"empty name":      func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithName("")) },
 		"prefix over 1024 B": func() (*fleetlimit.Limiter, error) {
 			return fleetlimit.New(good, mem, fleetlimit.WithKeyPrefix(strings.Repeat("p", 1025)))
 		},
