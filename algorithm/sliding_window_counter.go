@@ -55,8 +55,9 @@ var slidingWindowCounterScript = NewScript("swc", scripts.SlidingWindowCounter)
 // ⌈2*limit/W⌉ units W-2 µs into the next window, all pass, 2*limit -
 // ⌈2*limit/W⌉ within W-1 µs. The worst case is thus barely better than
 // FixedWindow's 2*limit; it needs a window's whole count in its last moments.
-// Where arrivals are spread evenly over the previous window the estimate is
-// the sliding-window log's count, and a burst at the edge is refused.
+// Where arrivals are spread evenly over the previous window the estimate
+// approximates the sliding-window log's count, and a burst at the edge is
+// refused.
 //
 // Memory per key is constant: in Redis one short string
 // "<window index>:<prev>:<cur>".
