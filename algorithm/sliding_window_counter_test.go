@@ -405,7 +405,7 @@ func maxInWindow(adm []swcEvent, w int64) int64 {
 func TestPropertySlidingWindowCounter(t *testing.T) {
 	r := rand.New(rand.NewPCG(swcSeed(t), 1))
 	reached := 0
-	for i := range 3000 {
+	for i := range 1500 {
 		c := genSWCCase(r, 0, 1)
 		if i%3 == 0 {
 			r.Shuffle(len(c.events), func(a, b int) { c.events[a], c.events[b] = c.events[b], c.events[a] })
@@ -518,8 +518,8 @@ type twinBackend struct {
 func twinBackends(t *testing.T) []twinBackend {
 	_, mc := redistest.Mini(t)
 	return []twinBackend{
-		{name: "miniredis", client: mc, mini: true, cases: 150},
-		{name: "redis", client: redistest.Real(t), minWindow: time.Minute, cases: 400},
+		{name: "miniredis", client: mc, mini: true, cases: 60},
+		{name: "redis", client: redistest.Real(t), minWindow: time.Minute, cases: 200},
 	}
 }
 
