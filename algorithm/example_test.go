@@ -133,6 +133,7 @@ func ExampleRegistry() {
 	// sliding_window_log limit=100 window=1m0s exact=true
 	// token_bucket       limit=100 window=1m0s exact=false
 	// fixed_window       limit=100 window=1m0s exact=false
+	// sliding_window_counter limit=100 window=1m0s exact=false
 }
 
 // The Go rule is usable on its own, with time as an argument: here a token

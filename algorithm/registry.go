@@ -33,6 +33,7 @@ var (
 			return TokenBucket(limit, window, limit)
 		}},
 		{Name: "fixed_window", New: FixedWindow},
+		{Name: "sliding_window_counter", New: SlidingWindowCounter},
 	}
 )
 

@@ -35,3 +35,8 @@ var TokenBucket string
 //
 //go:embed fixed_window.lua
 var FixedWindow string
+
+// SlidingWindowCounter is the Lua twin of algorithm.SlidingWindowCounter.
+//
+//go:embed sliding_window_counter.lua
+var SlidingWindowCounter string

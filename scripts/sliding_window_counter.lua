@@ -1,0 +1,152 @@
+-- Sliding-window counter: the previous aligned window's count, weighted by
+-- the share of it the sliding window still covers, plus the current one's.
+-- Twin of algorithm/sliding_window_counter.go.
+--
+-- KEYS[1]  a string "<window index>:<prev>:<cur>": cur units admitted in
+--          window index, prev in the window before it
+-- ARGV[1]  now (integer microseconds since the Unix epoch) or "" for TIME
+-- ARGV[2]  n, the cost of this request
+-- ARGV[3]  limit, the most units the estimate may reach
+-- ARGV[4]  window, in microseconds
+-- Returns {allowed, remaining, retry_after_us, reset_after_us}.
+--
+-- Windows are [i*window, (i+1)*window) since the Unix epoch. e microseconds
+-- into window i the estimate of the units admitted in [now - window, now) is
+-- prev*(window - e)/window + cur, and a request of cost n passes iff
+-- estimate + n <= limit. cur + n and limit are integers, so that is
+-- ceil(prev*(window - e)/window) + cur + n <= limit, exactly: the weighted
+-- count is rounded up, never down. The product prev*(window - e) reaches
+-- 2^53 * 3.2e14 (a limit of 2^53, a window of ten years), far beyond the
+-- 2^53 a double holds exactly, so it goes through muldiv below.
+local MAX = 9007199254740992 -- 2^53
+
+-- muldiv returns floor(a*b/c) and a*b mod c, exactly, for integers
+-- 0 <= a, b <= 2^53 and 1 <= c <= 2^53 whose quotient is at most 2^53.
+local function muldiv(a, b, c)
+  local p = a * b
+  if p < MAX then
+    -- The rounded product is below 2^53 only when the product is, and then
+    -- it is exact; math.fmod is exact on doubles.
+    local r = math.fmod(p, c)
+    return (p - r) / c, r
+  end
+  -- a*b = qa*c*b + ra*b with ra = a mod c. ra*b is built bit by bit of b,
+  -- from the top, as q*c + r with 0 <= r < c: r is doubled, and ra added,
+  -- by comparing with c - r rather than summing, so that r never leaves
+  -- [0, c) and every value stays an exact integer within 2^53 (q only grows
+  -- to the quotient). At most 54 rounds.
+  local ra = math.fmod(a, c)
+  local q, r, bit, rest = 0, 0, 1, b
+  while bit * 2 <= b do bit = bit * 2 end
+  while bit >= 1 do
+    q = q * 2
+    if r >= c - r then
+      r, q = r - (c - r), q + 1
+    else
+      r = r + r
+    end
+    if rest >= bit then
+      rest = rest - bit
+      if r >= c - ra then
+        r, q = r - (c - ra), q + 1
+      else
+        r = r + ra
+      end
+    end
+    bit = bit / 2
+  end
+  return (a - ra) / c * b + q, r
+end
+
+-- field parses a decimal field of a stored value: at most 2^53 and without
+-- leading zeros (the script writes none), or nil. The digits are compared as
+-- strings: tonumber would round 2^53 + 1 to 2^53.
+local function field(s)
+  if #s > 16 or (#s == 16 and s > '9007199254740992') or (#s > 1 and string.byte(s) == 48) then
+    return nil
+  end
+  return tonumber(s)
+end
+
+local key = KEYS[1]
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local window = tonumber(ARGV[4])
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local e = math.fmod(now, window)
+local idx = (now - e) / window
+
+local prev, cur = 0, 0
+local v = redis.call('GET', key)
+if v then
+  -- Parse strictly; something else wrote any other value: say so rather
+  -- than overwrite it. Counts above 2^53, or a window starting beyond 2^53
+  -- microseconds, are not ours either (muldiv needs them within 2^53).
+  local vidx, vprev, vcur = string.match(v, '^(%d+):(%d+):(%d+)$')
+  if vidx then
+    vidx, vprev, vcur = field(vidx), field(vprev), field(vcur)
+  end
+  if not (vidx and vprev and vcur) or vidx > (MAX - math.fmod(MAX, window)) / window then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a sliding window counter')
+  end
+  -- Time never runs backwards for one key: a caller whose clock is behind the
+  -- newest window counted (WithClock skew) is judged at that window's start,
+  -- rather than reopening an older window.
+  if vidx > idx then
+    idx, now, e = vidx, vidx * window, 0
+  end
+  if vidx == idx then
+    prev, cur = vprev, vcur
+  elseif vidx == idx - 1 then
+    prev = vcur
+  end
+end
+
+-- x is how much of window idx-1 is still inside [now - window, now), 1 to
+-- window microseconds; weighted is prev*x/window rounded up.
+local x = window - e
+local weighted, rem = muldiv(prev, x, window)
+if rem > 0 then weighted = weighted + 1 end
+-- room may be negative when a limiter with a larger limit shares this key;
+-- it is tested before the subtraction so that room - weighted stays exact.
+local room = limit - cur
+
+if n <= limit and room >= 0 and n <= room - weighted then
+  -- The count weighs until the end of the next window: the key is full again
+  -- 2*window - e from now, and expires then.
+  redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur + n),
+    'PX', math.ceil((2 * window - e) / 1000))
+  return {1, room - weighted - n, 0, 2 * window - e}
+end
+
+local reset = 0
+if cur > 0 then
+  reset = 2 * window - e
+elseif prev > 0 then
+  reset = x
+end
+local retry
+if n > limit then
+  -- Never passable: say when the key is full again (or a whole window).
+  retry = reset
+  if retry == 0 then retry = window end
+elseif n <= room then
+  -- cur + n fits, so prev > 0 weighs too much: the request passes once x has
+  -- shrunk to the largest x' with prev*x' <= (room - n)*window, within this
+  -- window or at its end (where x' = 0 and cur becomes prev).
+  retry = x - muldiv(room - n, window, prev)
+else
+  -- cur + n does not fit in this window (cur > 0): in the next one, cur is
+  -- the previous count, and the request passes once its weight has shrunk
+  -- to the largest x'' with cur*x'' <= (limit - n)*window (x'' < window).
+  retry = x + window - muldiv(limit - n, window, cur)
+end
+-- Remaining is never negative, even when a limiter with a larger limit
+-- shares this key.
+local remaining = 0
+if room > weighted then remaining = room - weighted end
+return {0, remaining, retry, reset}
