@@ -246,3 +246,143 @@ func TestMaxmemorySlidingLogStopsAtTheCap(t *testing.T) {
 	require.LessOrEqual(t, used, maxmemory+64<<10, "at most one decision past the cap")
 	require.LessOrEqual(t, peak, base+16<<10, "used_memory does not grow while out of memory")
 }
+
+// TestMaxmemoryTradeoff measures what happens to limits when Redis is full,
+// under noeviction and under allkeys-lru, for docs/reliability.md. Per
+// algorithm, limit 10 per hour on a pinned clock: 100 users who have spent
+// 5 ("half") and 100 who have spent all 10 ("spent"). Then the cap is set
+// 256 KB above what Redis holds and app data (8 KB strings) is written: under
+// noeviction until Redis refuses it, under allkeys-lru 512 KB of it (twice
+// the room). While Redis is full, every user sends 10 more requests,
+// fail-open and without a breaker, so that every decision reaches Redis.
+// Exact would be 5 more admissions per half user and none per spent user.
+//
+// noeviction: no limiter key is lost and every spent user is still denied,
+// without error; every request of a half user is an admission Redis refuses
+// (OOM), so the policy decides all 10 (fail-open: 5 extra per user, and
+// more with every further request; fail-closed would deny them all).
+// The limiter's keys do not grow. allkeys-lru: no error ever, used_memory
+// stays at the cap, and each limiter key Redis evicted starts afresh: a
+// full limit of extra admissions for a spent user, 5 for a half user
+// ("midway" counts keys evicted between their own requests).
+func TestMaxmemoryTradeoff(t *testing.T) {
+	const limit, users = 10, 100
+	for _, mp := range []string{"noeviction", "allkeys-lru"} {
+		t.Run(mp, func(t *testing.T) {
+			srv := redistest.StartServer(t, "--maxmemory-policy", mp)
+			admin := srv.Client()
+			st := redisStore(t, srv.Client())
+			type user struct {
+				l     *fleetlimit.Limiter
+				name  string
+				key   string
+				spent int
+			}
+			var all []user
+			for _, e := range algorithm.Registry() {
+				p := redistest.Prefix()
+				s := e.New(limit, time.Hour)
+				l := newLimiter(t, s, st, fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithoutBreaker())
+				for i := range 2 * users {
+					u := user{l: l, name: fmt.Sprint("user", i), spent: limit / 2}
+					if i >= users {
+						u.spent = limit
+					}
+					u.key = store.RedisKey(p, u.name, s.Script().Tag)
+					require.Equal(t, u.spent, count(t, l, u.name, u.spent), "%s %s", e.Name, u.name)
+					all = append(all, u)
+				}
+			}
+
+			capMemory(t, admin, 256<<10)
+			maxmemory, err := strconv.ParseInt(admin.ConfigGet(bg, "maxmemory").Val()["maxmemory"], 10, 64)
+			require.NoError(t, err)
+			refused := false
+			for i := 0; i < 64; i++ { // 512 KB
+				if err := admin.Set(bg, fmt.Sprint("junk:", i), junk, 0).Err(); err != nil {
+					require.True(t, strings.HasPrefix(err.Error(), "OOM"), "%v", err)
+					refused = true
+					break
+				}
+			}
+			require.Equal(t, mp == "noeviction", refused, "only noeviction refuses app data")
+			// Measured after the scan: the admin's own traffic moves
+			// used_memory by tens of KB.
+			held := footprintOf(t, admin, "test:*")
+			full := usedMemory(t, admin)
+			clientsFull := infoField(t, admin, "memory", "mem_clients_normal")
+
+			type tally struct{ users, evicted, midway, admitted, denied, errs, extra int }
+			by := map[string]*tally{}
+			peak := full
+			for i, u := range all {
+				group := u.l.Name() + " " + map[bool]string{true: "spent", false: "half"}[u.spent == limit]
+				tl := by[group]
+				if tl == nil {
+					tl = &tally{}
+					by[group] = tl
+				}
+				tl.users++
+				evicted := admin.Exists(bg, u.key).Val() == 0
+				if evicted {
+					tl.evicted++
+				}
+				admitted := 0
+				for range limit {
+					res, err := u.l.Allow(bg, u.name)
+					if err != nil {
+						require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable)
+						require.Contains(t, err.Error(), "OOM")
+						tl.errs++
+					}
+					if res.Allowed {
+						admitted++
+					} else {
+						tl.denied++
+					}
+				}
+				tl.admitted += admitted
+				tl.extra += admitted - (limit - u.spent)
+				switch {
+				case mp == "noeviction":
+				case evicted:
+					require.Equal(t, limit, admitted, "%s: evicted, so a fresh limit", group)
+				case admitted != limit-u.spent:
+					// Evicted between its own requests: Redis's LRU clock
+					// has a resolution of one second, so a key just used
+					// can look as idle as the others.
+					require.Greater(t, admitted, limit-u.spent, group)
+					tl.midway++
+				}
+				if i%50 == 0 {
+					peak = max(peak, usedMemory(t, admin))
+				}
+			}
+			peak = max(peak, usedMemory(t, admin))
+			t.Logf("%s: maxmemory %d; used_memory when full %d (%.0f%%), peak while deciding %d (%.0f%%); evicted_keys %s; client buffers %s B when full, %s B after",
+				mp, maxmemory, full, 100*float64(full)/float64(maxmemory), peak, 100*float64(peak)/float64(maxmemory),
+				infoField(t, admin, "stats", "evicted_keys"), clientsFull, infoField(t, admin, "memory", "mem_clients_normal"))
+			t.Logf("%-30s %6s %8s %7s %9s %7s %7s %6s", "algorithm, users", "users", "evicted", "midway", "admitted", "denied", "errors", "extra")
+			for _, e := range algorithm.Registry() {
+				for _, g := range []string{"half", "spent"} {
+					tl := by[e.Name+" "+g]
+					t.Logf("%-30s %6d %8d %7d %9d %7d %7d %6d", e.Name+", "+g, tl.users, tl.evicted, tl.midway, tl.admitted, tl.denied, tl.errs, tl.extra)
+					switch mp {
+					case "noeviction":
+						require.Zero(t, tl.evicted, "%s %s: noeviction loses no key", e.Name, g)
+						if g == "spent" {
+							require.Zero(t, tl.errs+tl.admitted, "%s: spent users are denied exactly, without error", e.Name)
+						} else {
+							require.Equal(t, users*limit, tl.errs, "%s: every admission is refused with OOM and decided by the policy", e.Name)
+						}
+					default:
+						require.Zero(t, tl.errs, "%s %s: an evicting Redis never refuses", e.Name, g)
+					}
+				}
+			}
+			if mp == "noeviction" {
+				require.Equal(t, held, footprintOf(t, admin, "test:*"), "the limiter's keys do not grow while full")
+			}
+		})
+	}
+}
