@@ -31,7 +31,7 @@ import (
 // ahead of them, and is sometimes set back; sweeps at random moments. The loop is deterministic: a
 // failure names its seed and the last steps, and fails the same way again.
 func TestMemorySweepNeverForgetsEarly(t *testing.T) {
-	const seeds, steps = 200, 300
+	const seeds, steps = 100, 300
 	dropped := 0
 	for seed := range uint64(seeds) {
 		dropped += sweepRun(t, seed, steps)
