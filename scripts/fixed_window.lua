@@ -12,6 +12,12 @@
 -- lives in the value rather than in the key's expiry, so a counter is never
 -- carried into the next window even when the caller's clock (WithClock) and
 -- the server's expiry disagree.
+--
+-- Out of memory: the only write is the admission's SET, which a Redis over
+-- maxmemory (noeviction) refuses with OOM, as a script's first write, before
+-- anything is written. A denial writes nothing and is still answered. Keep
+-- any new write after a command Redis refuses when full (see
+-- sliding_window_log.lua).
 local key = KEYS[1]
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])

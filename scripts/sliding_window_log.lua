@@ -11,6 +11,15 @@
 -- A unit admitted at t counts against [t, t+window) and is evicted once
 -- now - window >= t. Denied requests are not recorded, so a client hammering
 -- past the limit is not locked out once its old admissions age out.
+--
+-- Out of memory: Redis refuses a command that may grow memory (ZADD, SET)
+-- when it is over maxmemory, but only as a script's first write; once a
+-- script has written, Redis lets it finish. So the first write of an
+-- admission is its ZADD, and expired units are removed after it: a full
+-- Redis (noeviction) refuses the admission with OOM before anything is
+-- written, instead of letting the log grow past maxmemory. A denial only
+-- removes expired units, which Redis allows when full, so it is still
+-- answered exactly.
 local key = KEYS[1]
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
@@ -41,8 +50,11 @@ if newest[2] then
   end
 end
 
-redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-local count = redis.call('ZCARD', key)
+-- Units admitted at or before now - window have expired. Count the live
+-- ones without writing: the removal comes after the admission's ZADD (see
+-- the top).
+local expired = string.format('%d', now - window)
+local count = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
 
 -- n <= limit - count, not count + n <= limit: the sum of two doubles can
 -- round (at a limit near 2^53), the difference cannot.
@@ -69,11 +81,18 @@ if n <= limit - count then
     end
   end
   if #args > 0 then redis.call('ZADD', key, unpack(args)) end
+  -- A new member may reuse the name of an expired one (same residue, two or
+  -- more windows earlier): ZADD then moves it to now, which is the same as
+  -- removing it and adding a new one.
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
   redis.call('PEXPIRE', key, math.ceil(window / 1000))
   return {1, limit - count - n, 0, window}
 end
 
--- Denied. The key is full again once its newest unit leaves the window.
+-- Denied.
+redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+
+-- The key is full again once its newest unit leaves the window.
 local reset = 0
 if count > 0 then reset = newest_at + window - now end
 local retry

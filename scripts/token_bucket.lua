@@ -16,6 +16,12 @@
 -- rounded up) less e/R, 0 <= e < R. When e is 0, as it always is when rate
 -- divides per in microseconds, the value is a plain integer, which Redis
 -- stores in the fewest bytes.
+--
+-- Out of memory: the only write is the admission's SET, which a Redis over
+-- maxmemory (noeviction) refuses with OOM, as a script's first write, before
+-- anything is written. A denial writes nothing and is still answered. Keep
+-- any new write after a command Redis refuses when full (see
+-- sliding_window_log.lua).
 local key = KEYS[1]
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])

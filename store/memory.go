@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,9 +25,9 @@ const memoryShards = 256
 // so decisions on different keys rarely contend. A background sweeper drops
 // keys that are back at full capacity (their Strategy State's FullAt has
 // passed), one shard at a time, so an idle client costs nothing after its
-// reset time. Time for the sweep is the store's clock, or, once callers pass
-// their own time, the latest time any of them passed, so that a virtual clock
-// (fleetlimit.WithClock) never sees its state dropped early (see Sweep).
+// reset time. It sweeps up to a horizon that never passes the store's own
+// clock: one caller's clock reading far ahead cannot make it drop everyone
+// else's state (see Sweep).
 //
 // The zero Memory is not usable; call NewMemory. Memory is safe for
 // concurrent use. Close stops the sweeper.
@@ -36,7 +37,9 @@ type Memory struct {
 	clock      func() time.Time
 	sweepEvery time.Duration
 
-	callerTime atomic.Bool // a Request carried its own Now
+	callerTime atomic.Bool  // a Request carried its own Now
+	horizon    atomic.Int64 // µs; see Sweep. Only Sweep moves it, forward.
+	sweeping   sync.Mutex   // one Sweep at a time
 	closed     atomic.Bool
 	stop       chan struct{}
 	done       chan struct{}
@@ -68,7 +71,9 @@ type memoryOption func(*Memory)
 func (f memoryOption) applyMemory(m *Memory) { f(m) }
 
 // WithMemoryClock sets the clock used for decisions that carry no time of
-// their own and for sweeping. Default: the wall clock read once at NewMemory,
+// their own and for sweeping, which never runs ahead of it (see
+// Memory.Sweep): when fleetlimit.WithClock is a virtual clock, give the
+// store the same one. Default: the wall clock read once at NewMemory,
 // advanced by the monotonic clock since — about half the cost of time.Now,
 // and immune to steps of the system clock (which would otherwise refill a
 // token bucket or empty a window at once).
@@ -102,8 +107,10 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	for _, o := range opts {
 		o.applyMemory(m)
 	}
+	m.horizon.Store(math.MinInt64)
 	for i := range m.shards {
 		m.shards[i].entries = make(map[uint64]*memoryEntry)
+		m.shards[i].latest = math.MinInt64
 	}
 	go m.sweepLoop()
 	return m
@@ -118,7 +125,8 @@ func monotonicClock() func() time.Time {
 }
 
 // Decide runs req.Strategy's Go rule on req.Key's state under its shard lock.
-// It never blocks on I/O, so ctx and req.Timeout are not consulted.
+// It never blocks on I/O, so ctx and req.Timeout are not consulted. A time
+// behind the sweep horizon is judged at the horizon (see Sweep).
 func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, error) {
 	if m.closed.Load() {
 		return algorithm.Decision{}, ErrClosed
@@ -145,6 +153,12 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 		// be decided after later ones with an earlier time, and a token
 		// bucket charges a clock behind its last writer for the difference.
 		now = m.clock()
+	}
+	// Read the horizon under the lock too: Sweep moves it before it locks
+	// any shard, so a key this shard no longer holds was dropped at a
+	// horizon no later than this one.
+	if hz := m.horizon.Load(); now.UnixMicro() < hz {
+		now = time.UnixMicro(hz)
 	}
 	e := sh.entries[h]
 	for e != nil && (e.key != req.Key || e.prefix != req.Prefix || e.tag != tag) {
@@ -203,37 +217,63 @@ func (m *Memory) Len() int {
 	return n
 }
 
-// Sweep drops every key back at full capacity now. The sweeper calls it
-// periodically; tests may call it directly.
+// Sweep moves the sweep horizon forward and drops every key that is back at
+// full capacity at it. The sweeper calls it periodically; tests may call it
+// directly.
 //
-// "Now" is the store's clock, unless callers pass their own time
-// (Request.Now, as fleetlimit.WithClock does): then it is the latest time
-// any caller has passed, so that a virtual clock never sees its state
-// dropped early. Callers that share one store should then share one clock;
-// and when their traffic stops altogether, the last keys wait for the next
-// decision (their number is bounded by the keys already made).
+// The horizon is the store's clock, or, once callers pass their own time
+// (Request.Now, as fleetlimit.WithClock does), the earlier of the store's
+// clock and the latest time any caller has passed. It only moves forward,
+// and a decision whose time is behind it is judged at it. That rule is what
+// makes dropping safe: a key is dropped only when its state equals a fresh
+// one at every time a later decision can be judged at.
+//
+// Why both bounds. Callers' times may be virtual and run behind the store's
+// clock: following the callers keeps their state until it is full on their
+// own time axis. But callers' times are not trusted beyond the
+// store's own clock: one reading a century ahead (a clock glitch) would
+// otherwise become "now" for every key, and every sweep would drop every
+// other key's state, giving spent quotas back for good. A reading ahead of
+// the store's clock moves the horizon no further than that clock, so it
+// affects only its own key, as it would on Redis. Rejecting or clamping such
+// readings instead would make this store decide differently from Redis,
+// which takes any WithClock time, and would refuse virtual clocks that
+// legitimately run ahead of the wall clock (simulations).
+//
+// So, with one clock shared by every caller (the normal case), no decision
+// is ever behind the horizon and nothing changes. Give a virtual clock to
+// the store too (WithMemoryClock), not only to the limiter: callers on a
+// virtual clock behind the store's clock are otherwise lifted to the store's
+// clock as soon as one caller passes a time up to it. When callers' traffic
+// stops altogether, the last keys wait for the next decision (their number
+// is bounded by the keys already made).
 func (m *Memory) Sweep() {
-	var now int64
+	m.sweeping.Lock()
+	defer m.sweeping.Unlock()
+	hz := m.clock().UnixMicro()
 	if m.callerTime.Load() {
+		latest := int64(math.MinInt64)
 		for i := range m.shards {
 			sh := &m.shards[i]
 			sh.mu.Lock()
-			now = max(now, sh.latest)
+			latest = max(latest, sh.latest)
 			sh.mu.Unlock()
 		}
-	} else {
-		now = m.clock().UnixMicro()
+		hz = min(hz, latest)
 	}
+	if hz < m.horizon.Load() {
+		hz = m.horizon.Load() // a store clock set back: never move back
+	}
+	m.horizon.Store(hz)
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		at := max(sh.latest, now)
 		for h, e := range sh.entries {
 			// Rebuild the chain without the entries that are full.
 			var keep *memoryEntry
 			for e != nil {
 				next := e.next
-				if e.state.FullAt() > at {
+				if e.state.FullAt() > hz {
 					e.next, keep = keep, e
 				} else {
 					sh.n--

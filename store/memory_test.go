@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -120,4 +121,36 @@ func TestStrategyWithoutScript(t *testing.T) {
 	_, c := redistest.Mini(t)
 	_, err = stores.Redis(t, c).Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: "u", N: 1, Now: storetest.T0})
 	require.ErrorIs(t, err, algorithm.ErrInvalidStrategy)
+}
+
+// century is how far ahead a broken clock reads in the tests below.
+const century = 100 * 365 * 24 * time.Hour
+
+// One caller's clock reading a century ahead (a glitch, or a clock far
+// fast) must not count as time passing for every key: a 5/hour quota spent
+// at T0 stays spent 2.5s later, after a sweep, for every algorithm. The
+// store's clock and the callers' are one fake clock, as WithMemoryClock and
+// fleetlimit.WithClock would share it.
+func TestMemoryFarFutureReadingDropsNoOtherKey(t *testing.T) {
+	for _, e := range algorithm.Registry() {
+		clock := fakeclock.New(storetest.T0)
+		m := store.NewMemory(store.WithMemoryClock(clock.Now), store.WithSweepInterval(time.Hour))
+		s := e.New(5, time.Hour)
+		decide := func(key string, at time.Time) algorithm.Decision {
+			d, err := m.Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: key, N: 1, Now: at})
+			require.NoError(t, err)
+			return d
+		}
+		for i := range 5 {
+			require.True(t, decide("u", storetest.T0).Allowed, "%s: request %d", e.Name, i)
+		}
+		require.False(t, decide("u", storetest.T0).Allowed, "%s: the quota is spent", e.Name)
+		require.True(t, decide("other", storetest.T0.Add(century)).Allowed, "%s: the broken clock's own key", e.Name)
+		clock.Advance(2500 * time.Millisecond)
+		m.Sweep()
+		d := decide("u", clock.Now())
+		require.False(t, d.Allowed, "%s: 2.5s after T0 the hourly quota must still be spent", e.Name)
+		require.Zero(t, d.Remaining, e.Name)
+		require.NoError(t, m.Close())
+	}
 }
