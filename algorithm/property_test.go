@@ -25,9 +25,17 @@ import (
 // the whole capacity) is still denied. Any other registered algorithm is
 // held to the bounds only.
 var tightTiming = map[string]bool{
-	"sliding_window_log": true,
-	"token_bucket":       true,
-	"fixed_window":       true,
+	"sliding_window_log":     true,
+	"token_bucket":           true,
+	"fixed_window":           true,
+	"sliding_window_counter": true,
+}
+
+// resetWindows is how many windows an algorithm's ResetAfter may reach, if
+// more than one: the sliding-window counter's count weighs until the end of
+// the window after the one it was made in.
+var resetWindows = map[string]time.Duration{
+	"sliding_window_counter": 2,
 }
 
 // TestPropertyExactWindow: for every algorithm registered as Exact, in every
@@ -364,7 +372,8 @@ func TestPropertyFixedWindowFlawFound(t *testing.T) {
 // TestPropertyResultConsistency holds every registered algorithm, on every
 // store, to the Result contract: Limit is the strategy's; 0 <= Remaining <=
 // Limit (and <= Limit-n after admitting n); RetryAfter > 0 exactly when
-// denied; 0 <= ResetAfter <= Window, > 0 after an admission; a never-passable
+// denied; 0 <= ResetAfter <= Window (2 x Window for the sliding-window
+// counter), > 0 after an admission; a never-passable
 // n gets RetryAfter = ResetAfter (or Window); a denial records nothing. At the
 // end of each timeline it probes the last decision with no other traffic:
 // Remaining+1 is denied and Remaining admitted at the same instant; the same
@@ -402,8 +411,8 @@ func resultInvariants(s algorithm.Strategy, ev proptest.Event, r fleetlimit.Resu
 		return fmt.Sprintf("admitted with RetryAfter %v", r.RetryAfter)
 	case !r.Allowed && r.RetryAfter <= 0:
 		return fmt.Sprintf("denied with RetryAfter %v", r.RetryAfter)
-	case r.ResetAfter < 0 || r.ResetAfter > w:
-		return fmt.Sprintf("ResetAfter %v outside [0, Window %v]", r.ResetAfter, w)
+	case r.ResetAfter < 0 || r.ResetAfter > max(1, resetWindows[s.Name()])*w:
+		return fmt.Sprintf("ResetAfter %v outside [0, %d x Window %v]", r.ResetAfter, max(1, resetWindows[s.Name()]), w)
 	case r.Allowed && r.ResetAfter == 0:
 		return "admitted, yet ResetAfter 0 says the key is at full capacity"
 	case ev.N > limit && r.Allowed:

@@ -33,6 +33,7 @@ func FuzzStrategyConfig(f *testing.F) {
 		{2, 1, 1 << 20, int64(algorithm.MaxWindow)}, {1, algorithm.MaxInt, 0, int64(algorithm.MaxWindow)},
 		{0, algorithm.MaxInt + 1, 0, int64(time.Minute)}, {2, 1_000_000_007, 999_983, 999_999_000},
 		{3, 10, 0, int64(time.Minute)}, {4, 10, 0, int64(time.Minute)}, {5, 10, 0, int64(time.Minute)},
+		{6, 10, 0, int64(time.Minute)}, {6, algorithm.MaxInt, 0, int64(algorithm.MaxWindow)}, {6, 1, 0, int64(time.Millisecond)},
 		{0, math.MaxInt64, 0, math.MaxInt64}, {2, math.MinInt64, math.MinInt64, math.MinInt64},
 	} {
 		f.Add(seed.kind, seed.a, seed.b, seed.d)

@@ -49,7 +49,7 @@ func TestWrongType(t *testing.T) {
 			func(c redis.UniversalClient, k string) (any, error) { return c.ZRangeWithScores(bg, k, 0, -1).Result() },
 		},
 	}
-	for _, v := range []string{"inf", "nan", "0x1A", " 12 ", "12:", ":3", "1:2:3", "-5:1", "99999999999999999999999999999999999999999:1"} {
+	for _, v := range []string{"inf", "nan", "0x1A", " 12 ", "12:", ":3", "1:2:3:4", "-5:1", "99999999999999999999999999999999999999999:1"} {
 		foreign["string "+v] = kind{
 			func(c redis.UniversalClient, k string) error { return c.Set(bg, k, v, 0).Err() },
 			func(c redis.UniversalClient, k string) (any, error) { return c.Get(bg, k).Result() },

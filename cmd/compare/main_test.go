@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
 func runCmd(t *testing.T, tty bool, args ...string) (code int, stdout, stderr string) {
@@ -69,8 +72,9 @@ func TestSmallRun(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, stdout)
 	}
-	// Three algorithms x two stores x (boundary + two fleet sizes).
-	if rep.Limit != 5 || len(rep.Rows) != 18 {
+	// Every algorithm x two stores x (boundary + two fleet sizes).
+	rows := len(algorithm.Registry()) * 2 * 3
+	if rep.Limit != 5 || len(rep.Rows) != rows {
 		t.Fatalf("limit %d, %d rows", rep.Limit, len(rep.Rows))
 	}
 	data, err := os.ReadFile(svg)
@@ -78,7 +82,7 @@ func TestSmallRun(t *testing.T) {
 		t.Fatalf("chart: %v, %.80q", err, data)
 	}
 	// A terminal gets a progress line, and the summary.
-	if !strings.Contains(stderr, "[1/18]") || !strings.Contains(stderr, "18 rows in") {
+	if !strings.Contains(stderr, fmt.Sprintf("[1/%d]", rows)) || !strings.Contains(stderr, fmt.Sprintf("%d rows in", rows)) {
 		t.Errorf("stderr %q", stderr)
 	}
 	// Not a terminal: no progress.

@@ -150,23 +150,28 @@ func testClockBehindAfterEviction(t *testing.T, s store.Store) {
 	}
 }
 
-// testAdmittedCounts: a burst at one instant admits exactly the limit, and a
-// window later exactly the limit again.
+// testAdmittedCounts: a burst at one instant admits exactly the limit, and
+// once the key is full again (the last admission's ResetAfter later)
+// exactly the limit again.
 func testAdmittedCounts(t *testing.T, s store.Store) {
 	for _, e := range algorithm.Registry() {
 		strat := e.New(5, time.Minute)
 		p := prefix()
-		count := func(at time.Time) int {
-			admitted := 0
+		count := func(at time.Time) (admitted int, reset time.Duration) {
 			for range 20 {
-				if decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "user", N: 1, Now: at}).Allowed {
-					admitted++
+				d := decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "user", N: 1, Now: at})
+				if d.Allowed {
+					admitted, reset = admitted+1, d.ResetAfter
 				}
 			}
-			return admitted
+			return admitted, reset
 		}
-		equal(t, 5, count(T0.Add(time.Second)), e.Name)
-		equal(t, 5, count(T0.Add(time.Minute+time.Second)), e.Name)
+		first := T0.Add(time.Second)
+		n, reset := count(first)
+		equal(t, 5, n, e.Name)
+		isTrue(t, reset > 0, "%s: admitted, so not full", e.Name)
+		n, _ = count(first.Add(reset))
+		equal(t, 5, n, "%s, %v later", e.Name, reset)
 	}
 }
 
