@@ -1,9 +1,6 @@
 package algorithm
 
 import (
-	"fmt"
-	"slices"
-	"sync"
 	"time"
 )
 
@@ -11,7 +8,7 @@ import (
 // window, so that every algorithm can be compared on the same terms.
 type Constructor func(limit int64, window time.Duration) Strategy
 
-// Entry is one algorithm in the registry.
+// Entry is one built-in algorithm.
 type Entry struct {
 	// Name is the algorithm's Strategy.Name.
 	Name string
@@ -19,14 +16,20 @@ type Entry struct {
 	New Constructor
 	// Exact reports whether the algorithm never admits more than limit in any
 	// interval of length window (the sliding-window log). The token bucket
-	// bounds any interval d by burst + rate*d/per instead, and the fixed window
-	// only each aligned window.
+	// bounds any interval d by burst + rate*d/per instead, the fixed window
+	// only each aligned window, and the sliding-window counter each aligned
+	// window and any window-long interval below 2*limit.
 	Exact bool
 }
 
-var (
-	registryMu sync.RWMutex
-	registry   = []Entry{
+// Registry returns every built-in algorithm, in a fixed order, so that the
+// property tests, the conformance suite and the compare tool cover each one
+// on the same terms. The returned slice is new on every call: changing it
+// changes nothing else. A strategy of your own runs on every store without
+// being listed here; test it with store/storetest and your own properties
+// (see the package's Example_customStrategy).
+func Registry() []Entry {
+	return []Entry{
 		{Name: "sliding_window_log", New: SlidingWindowLog, Exact: true},
 		{Name: "token_bucket", New: func(limit int64, window time.Duration) Strategy {
 			// limit tokens refill per window and the bucket holds limit.
@@ -35,28 +38,4 @@ var (
 		{Name: "fixed_window", New: FixedWindow},
 		{Name: "sliding_window_counter", New: SlidingWindowCounter},
 	}
-)
-
-// Register adds an algorithm to the registry, so that the property tests and
-// the compare tool cover it without further changes. It returns an error if
-// the name is empty or already registered. Safe for concurrent use.
-func Register(e Entry) error {
-	if e.Name == "" || e.New == nil {
-		return fmt.Errorf("algorithm: register needs a name and a constructor: %w", ErrInvalidStrategy)
-	}
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	if slices.ContainsFunc(registry, func(x Entry) bool { return x.Name == e.Name }) {
-		return fmt.Errorf("algorithm: %q is already registered: %w", e.Name, ErrInvalidStrategy)
-	}
-	registry = append(registry, e)
-	return nil
-}
-
-// Registry returns every registered algorithm, built-ins first, in
-// registration order. The returned slice is a copy.
-func Registry() []Entry {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	return slices.Clone(registry)
 }

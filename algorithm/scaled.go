@@ -6,7 +6,7 @@ import "time"
 // with a share of their capacity: what one of divisor instances may admit on
 // its own so that together they stay near the original limit. fleetlimit uses
 // it for the in-process fallback that decides while the shared store is down
-// (fleetlimit.WithFallback). The three built-in strategies implement it; a
+// (fleetlimit.WithFallback). The built-in strategies implement it; a
 // custom strategy opts in by implementing it.
 type Scaler interface {
 	// Scaled returns a strategy of the same algorithm whose limit (burst,

@@ -8,7 +8,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var slidingWindowLogScript = NewScript("sl", scripts.SlidingWindowLog)
+var slidingWindowLogScript = NewScript("sl", scripts.SlidingWindowLog())
 
 // MaxLogLimit is the largest limit SlidingWindowLog accepts: at a million
 // units a key's log holds up to a million sorted-set members (~100 MB) and

@@ -21,22 +21,26 @@ package scripts
 
 import _ "embed"
 
-// SlidingWindowLog is the Lua twin of algorithm.SlidingWindowLog.
-//
 //go:embed sliding_window_log.lua
-var SlidingWindowLog string
+var slidingWindowLog string
 
-// TokenBucket is the Lua twin of algorithm.TokenBucket.
-//
+// SlidingWindowLog returns the Lua twin of algorithm.SlidingWindowLog.
+func SlidingWindowLog() string { return slidingWindowLog }
+
 //go:embed token_bucket.lua
-var TokenBucket string
+var tokenBucket string
 
-// FixedWindow is the Lua twin of algorithm.FixedWindow.
-//
+// TokenBucket returns the Lua twin of algorithm.TokenBucket.
+func TokenBucket() string { return tokenBucket }
+
 //go:embed fixed_window.lua
-var FixedWindow string
+var fixedWindow string
 
-// SlidingWindowCounter is the Lua twin of algorithm.SlidingWindowCounter.
-//
+// FixedWindow returns the Lua twin of algorithm.FixedWindow.
+func FixedWindow() string { return fixedWindow }
+
 //go:embed sliding_window_counter.lua
-var SlidingWindowCounter string
+var slidingWindowCounter string
+
+// SlidingWindowCounter returns the Lua twin of algorithm.SlidingWindowCounter.
+func SlidingWindowCounter() string { return slidingWindowCounter }
