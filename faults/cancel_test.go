@@ -81,7 +81,9 @@ func TestContextCancelled(t *testing.T) {
 			p.SetLatency(150 * time.Millisecond)
 			var wg sync.WaitGroup
 			wg.Go(func() { _ = call(l(time.Second), bg, "holder") })
-			time.Sleep(20 * time.Millisecond) // let the holder take the only connection
+			// Let the holder take the only connection (on a loaded machine
+			// its goroutine may start late).
+			require.Eventually(t, func() bool { return c.PoolStats().IdleConns == 0 }, hangGuard, time.Millisecond)
 			requireCancelled(call(l(time.Second), cancelAfter(20*time.Millisecond), "waiting"), msg+", waiting for a connection")
 			wg.Wait()
 

@@ -48,8 +48,8 @@ func TestMemorySweepDropsOnlyFullKeys(t *testing.T) {
 }
 
 // With caller-supplied time, every shard is swept up to the latest time any
-// caller has passed, not only its own latest (found by review: with
-// WithClock, keys in shards that saw no later decision were never dropped).
+// caller has passed, not only its own latest: with WithClock, keys in shards
+// that saw no later decision must be dropped too.
 func TestMemorySweepFollowsLatestCallerTime(t *testing.T) {
 	m := store.NewMemory()
 	defer m.Close()
@@ -109,8 +109,8 @@ type scriptless struct{ algorithm.Strategy }
 
 func (scriptless) Script() *algorithm.Script { return nil }
 
-// The memory store runs a strategy without a script (found by review: it
-// read the script's tag and panicked); Redis refuses it with a clear error.
+// The memory store runs a strategy without a script (it must not read the
+// script's tag); Redis refuses it with a clear error.
 func TestStrategyWithoutScript(t *testing.T) {
 	m := store.NewMemory()
 	defer m.Close()
