@@ -88,15 +88,17 @@ func sfString(s string) string {
 // RateLimit's t is the time until more quota is available, as the draft
 // defines it, chosen so that it never contradicts the other fields: on an
 // admission it is X-RateLimit-Reset (by then all of the quota is back); on a
-// denial it is Retry-After (by then this request would pass), because the
-// draft says Retry-After should not point earlier than t.
-func (hv *headerValues) setLimitHeaders(h http.Header, res fleetlimit.Result, draft bool) {
+// denial that a retry can pass (retry) it is Retry-After (by then this
+// request would pass), because the draft says Retry-After should not point
+// earlier than t. A denial no retry can pass gets no Retry-After, and t is
+// X-RateLimit-Reset.
+func (hv *headerValues) setLimitHeaders(h http.Header, res fleetlimit.Result, draft, retry bool) {
 	reset := ceilSeconds(res.ResetAfter)
 	h.Set(HeaderRateLimitLimit, hv.limit)
 	h.Set(HeaderRateLimitRemaining, strconv.FormatInt(res.Remaining, 10))
 	h.Set(HeaderRateLimitReset, strconv.FormatInt(reset, 10))
 	t := reset
-	if !res.Allowed {
+	if !res.Allowed && retry {
 		t = retryAfterSeconds(res.RetryAfter)
 		h.Set(HeaderRetryAfter, strconv.FormatInt(t, 10))
 	}

@@ -291,12 +291,14 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.deny(w, r, Denial{Status: StatusClientClosedRequest, Name: m.l.Name(), Result: res, Err: context.Cause(r.Context()),
 			Detail: "client closed request"})
 	case err == nil:
-		m.hv.setLimitHeaders(w.Header(), res, m.draft)
+		// A request costing more than the limit can never pass: its headers
+		// describe the quota alone, with no Retry-After to invite a retry.
+		never := !res.Allowed && n > res.Limit
+		m.hv.setLimitHeaders(w.Header(), res, m.draft, !never)
 		switch {
 		case res.Allowed:
 			next.ServeHTTP(w, r)
-		case n > res.Limit:
-			w.Header().Del(HeaderRetryAfter)
+		case never:
 			m.deny(w, r, Denial{Status: http.StatusRequestEntityTooLarge, Name: m.l.Name(), Result: res,
 				Detail: fmt.Sprintf("request cost %d exceeds the limit %d", n, res.Limit)})
 		default:

@@ -314,6 +314,15 @@ func TestMiddlewareCost(t *testing.T) {
 	require.Empty(t, resp.header.Get("Retry-After"), "waiting will not help")
 	require.Contains(t, resp.body, "request cost 11 exceeds the limit 10")
 	require.Equal(t, "6", resp.header.Get("X-RateLimit-Remaining"), "and it was not charged")
+	h := rateHeadersOf(resp.header)
+	requireDraftFields(t, "fixed_window", 60, h, "413")
+	require.Equal(t, `"fixed_window";r=6;t=`+h.Reset, h.RateLimit, "the RateLimit field agrees with X-RateLimit-Reset: no retry time for a request that can never pass")
+	fresh := serve(t, httplimit.Middleware(l, httplimit.KeyConst("fresh"), httplimit.WithCost(httplimit.CostByContentLength(100)))(okHandler))
+	resp = do(t, fresh, http.MethodPost, "/", strings.NewReader(strings.Repeat("x", 1001)))
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.status)
+	require.Equal(t, "0", resp.header.Get("X-RateLimit-Reset"), "an untouched key is full")
+	require.Equal(t, `"fixed_window";r=10;t=0`, resp.header.Get("RateLimit"), "t agrees with the reset, not with a retry that can never pass")
+	require.Empty(t, resp.header.Get("Retry-After"))
 
 	huge := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("x"))
 	huge.ContentLength = 1 << 62 // a cost beyond 2^53, which AllowN refuses
