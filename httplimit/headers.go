@@ -92,20 +92,38 @@ func sfString(s string) string {
 // request would pass), because the draft says Retry-After should not point
 // earlier than t. A denial no retry can pass gets no Retry-After, and t is
 // X-RateLimit-Reset.
+//
+// Stacked middlewares (a global limiter around a per-user one) each add
+// their member to RateLimit-Policy and RateLimit, which the draft defines
+// as lists; X-RateLimit-* hold one limit, so they keep the tightest: the one
+// with the least Remaining.
 func (hv *headerValues) setLimitHeaders(h http.Header, res fleetlimit.Result, draft, retry bool) {
 	reset := ceilSeconds(res.ResetAfter)
-	h.Set(HeaderRateLimitLimit, hv.limit)
-	h.Set(HeaderRateLimitRemaining, strconv.FormatInt(res.Remaining, 10))
-	h.Set(HeaderRateLimitReset, strconv.FormatInt(reset, 10))
+	if tighter(h, res.Remaining) {
+		h.Set(HeaderRateLimitLimit, hv.limit)
+		h.Set(HeaderRateLimitRemaining, strconv.FormatInt(res.Remaining, 10))
+		h.Set(HeaderRateLimitReset, strconv.FormatInt(reset, 10))
+	}
 	t := reset
 	if !res.Allowed && retry {
 		t = retryAfterSeconds(res.RetryAfter)
 		h.Set(HeaderRetryAfter, strconv.FormatInt(t, 10))
 	}
 	if draft {
-		h.Set(HeaderRateLimitPolicy, hv.policy)
-		h.Set(HeaderRateLimit, hv.item+strconv.FormatInt(res.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+		h.Add(HeaderRateLimitPolicy, hv.policy)
+		h.Add(HeaderRateLimit, hv.item+strconv.FormatInt(res.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
 	}
+}
+
+// tighter reports whether remaining is less than the X-RateLimit-Remaining
+// an outer middleware already set, or none is set.
+func tighter(h http.Header, remaining int64) bool {
+	prev := h.Get(HeaderRateLimitRemaining)
+	if prev == "" {
+		return true
+	}
+	p, err := strconv.ParseInt(prev, 10, 64)
+	return err != nil || remaining < p
 }
 
 // setDegradedHeaders writes the headers of a decision the store did not
@@ -113,8 +131,10 @@ func (hv *headerValues) setLimitHeaders(h http.Header, res fleetlimit.Result, dr
 // reset and the RateLimit field are omitted rather than guessed: the shared
 // count is unknown, and a fallback's local count is not the client's quota.
 func (hv *headerValues) setDegradedHeaders(h http.Header, draft bool) {
-	h.Set(HeaderRateLimitLimit, hv.limit)
+	if h.Get(HeaderRateLimitLimit) == "" {
+		h.Set(HeaderRateLimitLimit, hv.limit)
+	}
 	if draft {
-		h.Set(HeaderRateLimitPolicy, hv.policy)
+		h.Add(HeaderRateLimitPolicy, hv.policy)
 	}
 }

@@ -388,3 +388,41 @@ func TestMiddlewareRoute(t *testing.T) {
 	require.Equal(t, "other-route", ev[1].Route)
 	require.Equal(t, "api", ev[0].Name)
 }
+
+// Stacked middlewares — a global limiter around a per-user one — each add
+// their member to RateLimit-Policy and RateLimit (RFC 9651 lists, parsed
+// here from every field line), X-RateLimit-* report the tightest, and each
+// limiter charges independently: the outer one also counts the requests the
+// inner one denies.
+func TestMiddlewareStacked(t *testing.T) {
+	mem := store.NewMemory()
+	defer mem.Close()
+	clock := fixedClock(proptest.Epoch)
+	global, err := fleetlimit.New(algorithm.SlidingWindowLog(100, time.Minute), mem, fleetlimit.WithName("global"), fleetlimit.WithClock(clock))
+	require.NoError(t, err)
+	user, err := fleetlimit.New(algorithm.SlidingWindowLog(3, time.Minute), mem, fleetlimit.WithName("user"), fleetlimit.WithClock(clock))
+	require.NoError(t, err)
+	h := httplimit.Middleware(global, httplimit.KeyConst("all"))(httplimit.Middleware(user, httplimit.KeyByHeader("X-User"))(okHandler))
+	srv := serve(t, h)
+	for i := range 4 {
+		resp := get(t, srv, "X-User", "alice")
+		policy, err := parseSFList(strings.Join(resp.header.Values("RateLimit-Policy"), ", "))
+		require.NoError(t, err)
+		limits, err := parseSFList(strings.Join(resp.header.Values("RateLimit"), ", "))
+		require.NoError(t, err)
+		require.Len(t, policy, 2, "request %d", i)
+		require.Len(t, limits, 2, "request %d", i)
+		require.Equal(t, []any{"global", "user"}, []any{policy[0].Value, policy[1].Value}, "outer first")
+		rg, _ := limits[0].param("r")
+		ru, _ := limits[1].param("r")
+		require.Equal(t, int64(99-i), rg, "request %d: the global limiter charged every request, denied ones too", i)
+		require.Equal(t, int64(max(0, 2-i)), ru, "request %d", i)
+		require.Equal(t, strconv.Itoa(max(0, 2-i)), resp.header.Get("X-RateLimit-Remaining"), "request %d: the tightest limit", i)
+		require.Equal(t, "3", resp.header.Get("X-RateLimit-Limit"), "request %d", i)
+		if i < 3 {
+			require.Equal(t, http.StatusOK, resp.status)
+		} else {
+			require.Equal(t, http.StatusTooManyRequests, resp.status)
+		}
+	}
+}
