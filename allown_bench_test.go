@@ -81,7 +81,7 @@ func BenchmarkAllowN(b *testing.B) {
 	b.Run("circuit-open", func(b *testing.B) {
 		dead := store.NewMemory()
 		_ = dead.Close()
-		br, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Threshold: 1, Clock: func() time.Time { return t0 }})
+		br, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1, Clock: func() time.Time { return t0 }})
 		if err != nil {
 			b.Fatal(err)
 		}

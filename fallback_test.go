@@ -47,7 +47,7 @@ func TestFallbackBoundsFailOpen(t *testing.T) {
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(8, time.Minute), stores.Redis(t, c),
 			fleetlimit.WithFailurePolicy(policy), fleetlimit.WithFallback(fb, 4), fleetlimit.WithObserver(rec),
 			fleetlimit.WithClock(fixedClock(t0)), fleetlimit.WithTimeout(time.Second),
-			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(t0)})))
+			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1, Clock: fixedClock(t0)})))
 		require.NoError(t, err)
 		res, err := l.Allow(bg, "u")
 		require.NoError(t, err)
