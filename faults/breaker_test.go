@@ -399,3 +399,30 @@ func TestBreakerClusterMasterKilled(t *testing.T) {
 		}
 	}
 }
+
+// A wrong Redis address (a port nothing listens on) under 4 workers with
+// default options: every decision fails, so the circuit opens — and says
+// so, once, at Error, naming the server and the cause — instead of the
+// limits vanishing without a word.
+func TestBreakerWrongAddressIsLoud(t *testing.T) {
+	logs := captureDefaultLog(t)
+	addr := fmt.Sprint("127.0.0.1:", freePort(t))
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLimiter(t, algorithm.TokenBucket(100, time.Second, 100), redisStore(t, c),
+		fleetlimit.WithTimeout(fleetlimit.DefaultTimeout))
+	stop := make(chan struct{})
+	time.AfterFunc(1500*time.Millisecond, func() { close(stop) })
+	n := count3(offer(l, []string{"a"}, 4, 200, stop))
+	records := breakerRecords(logs.Take())
+	for _, r := range records {
+		t.Logf("log: %s %s %v", r.Level, r.Message, spy.Attrs(r))
+	}
+	t.Logf("%d decisions failed, %d short-circuited", n.failed, n.open)
+	require.Zero(t, n.store)
+	require.Positive(t, n.open, "the circuit opened")
+	require.Len(t, records, 1, "one record: it opened")
+	require.Equal(t, slog.LevelError, records[0].Level)
+	require.Equal(t, addr, spy.Attrs(records[0])["shard"].String(), "the record names the server")
+	require.NotEmpty(t, spy.Attrs(records[0])["cause"].String(), "and says why (go-redis retries a refused dial until the deadline)")
+}
