@@ -82,7 +82,7 @@ func BenchmarkAllowN(b *testing.B) {
 	b.Run("circuit-open", func(b *testing.B) {
 		dead := store.NewMemory()
 		_ = dead.Close()
-		br, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Threshold: 1, Clock: func() time.Time { return proptest.Epoch }})
+		br, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1, Clock: func() time.Time { return proptest.Epoch }})
 		if err != nil {
 			b.Fatal(err)
 		}

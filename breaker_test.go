@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +37,11 @@ func newBreaker(t *testing.T, cfg fleetlimit.BreakerConfig) *fleetlimit.Breaker 
 
 func TestNewBreakerRejectsBadConfig(t *testing.T) {
 	for name, cfg := range map[string]fleetlimit.BreakerConfig{
-		"negative threshold":     {Threshold: -1},
+		"negative min failures":  {MinFailures: -1},
+		"ratio above 1":          {FailureRatio: 1.5},
+		"negative ratio":         {FailureRatio: -0.5},
+		"negative forget-after":  {ForgetAfter: -time.Second},
+		"negative probe timeout": {ProbeTimeout: -time.Second},
 		"negative cool-down":     {CoolDown: -time.Second},
 		"max below the cooldown": {CoolDown: time.Second, MaxCoolDown: time.Millisecond},
 		"jitter 1":               {Jitter: 1},
@@ -44,9 +51,11 @@ func TestNewBreakerRejectsBadConfig(t *testing.T) {
 		require.Nil(t, b, name)
 		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, name)
 	}
+	_, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{MinOutage: -1})
+	require.NoError(t, err, "a negative MinOutage means none")
 	mem := store.NewMemory()
 	defer mem.Close()
-	_, err := fleetlimit.New(algorithm.FixedWindow(1, time.Minute), mem, fleetlimit.WithBreaker(nil))
+	_, err = fleetlimit.New(algorithm.FixedWindow(1, time.Minute), mem, fleetlimit.WithBreaker(nil))
 	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
 	_, err = fleetlimit.New(algorithm.FixedWindow(1, time.Minute), mem, fleetlimit.WithObserver(nil))
 	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
@@ -60,15 +69,15 @@ func TestNewBreakerRejectsBadConfig(t *testing.T) {
 }
 
 // The breaker's whole cycle against a Redis that answers LOADING (as while
-// it reads its dataset after a restart): it opens after Threshold failures,
-// keeps the store uncalled while open, probes once per cool-down, doubles the
-// cool-down up to the cap on each failed probe, and closes — resetting the
-// cool-down — once Redis answers again.
+// it reads its dataset after a restart): it opens once MinFailures failures
+// span MinOutage, keeps the store uncalled while open, probes once per
+// cool-down, doubles the cool-down up to the cap on each failed probe, and
+// closes — resetting the cool-down — once Redis answers again.
 func TestBreakerCycle(t *testing.T) {
 	mr, c := redistest.Mini(t)
 	st := &spy.Store{Store: stores.Redis(t, c)}
 	clk := fakeclock.New(proptest.Epoch)
-	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 3, CoolDown: 100 * time.Millisecond, MaxCoolDown: 400 * time.Millisecond, Clock: clk.Now})
+	b := newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 3, MinOutage: 100 * time.Millisecond, CoolDown: 100 * time.Millisecond, MaxCoolDown: 400 * time.Millisecond, Clock: clk.Now})
 	rec := &spy.Observer{}
 	l, err := fleetlimit.New(algorithm.SlidingWindowLog(1000, time.Minute), st,
 		fleetlimit.WithBreaker(b), fleetlimit.WithObserver(rec), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed),
@@ -112,20 +121,24 @@ func TestBreakerCycle(t *testing.T) {
 	mr.SetError("LOADING Redis is loading the dataset in memory")
 	requireStoreFails("failure 1")
 	requireStoreFails("failure 2")
-	require.Equal(t, fleetlimit.BreakerClosed, b.State(), "2 failures are below the threshold of 3")
-	requireStoreFails("failure 3 opens the breaker")
+	requireStoreFails("failure 3")
+	require.Equal(t, fleetlimit.BreakerClosed, b.State(), "3 failures at one instant: no time has passed")
+	clk.Advance(50 * time.Millisecond)
+	requireStoreFails("failure 4, 50ms into the run")
+	clk.Advance(50 * time.Millisecond)
+	requireStoreFails("failure 5 opens the breaker: 100ms since the first")
 	requireOpen("open for the first cool-down")
 
 	// The observer saw 3 store failures then 5 short-circuited decisions,
 	// all decided by the policy (fail-closed: denied).
 	ev := rec.Take()
-	require.Len(t, ev, 9)
+	require.Len(t, ev, 11)
 	for i, e := range ev[1:] {
 		require.True(t, e.Degraded(), "event %d", i)
 		require.False(t, e.Allowed)
 		require.Equal(t, fleetlimit.DecidedByPolicy, e.DecidedBy)
 		require.Equal(t, fleetlimit.FailClosed, e.Policy)
-		require.Equal(t, i >= 3, e.CircuitOpen, "event %d", i)
+		require.Equal(t, i >= 5, e.CircuitOpen, "event %d", i)
 	}
 
 	clk.Advance(100 * time.Millisecond)
@@ -154,6 +167,7 @@ func TestBreakerCycle(t *testing.T) {
 	mr.SetError("OOM command not allowed when used memory > 'maxmemory'")
 	for i := range 3 {
 		requireStoreFails(fmt.Sprintf("second outage, failure %d", i+1))
+		clk.Advance(50 * time.Millisecond)
 	}
 	requireOpen("second outage")
 	clk.Advance(100 * time.Millisecond)
@@ -167,7 +181,7 @@ func TestBreakerIgnoresPerKeyErrors(t *testing.T) {
 	mr, c := redistest.Mini(t)
 	st := &spy.Store{Store: stores.Redis(t, c)}
 	l, err := fleetlimit.New(algorithm.SlidingWindowLog(10, time.Minute), st, fleetlimit.WithTimeout(slowMachine),
-		fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 2})))
+		fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 2, MinOutage: -1})))
 	require.NoError(t, err)
 	mr.HSet(store.RedisKey(l.KeyPrefix(), "bad", "sl"), "f", "v")
 	cancelled, cancel := context.WithCancel(bg)
@@ -200,7 +214,7 @@ func TestBreakerIgnoresPerKeyErrors(t *testing.T) {
 		{"ERR max number of clients reached", true},
 	} {
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(10, time.Minute), st, fleetlimit.WithTimeout(slowMachine),
-			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 2})))
+			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 2, MinOutage: -1})))
 		require.NoError(t, err)
 		mr.SetError(reply.msg)
 		for range 2 {
@@ -213,12 +227,13 @@ func TestBreakerIgnoresPerKeyErrors(t *testing.T) {
 
 // Half-open lets one probe through at a time: while a probe waits on a hung
 // Redis, every other decision returns at once without calling the store.
+// (The probe's timeout is the limiter's, so its caller waits for it.)
 func TestBreakerOneProbeAtATime(t *testing.T) {
 	cl := redis.NewClient(&redis.Options{Addr: redistest.HungAddr(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute, DialTimeout: time.Minute, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = cl.Close() })
 	st := &spy.Store{Store: stores.Redis(t, cl)}
 	clk := fakeclock.New(proptest.Epoch)
-	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: clk.Now})
+	b := newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1, ProbeTimeout: 300 * time.Millisecond, Clock: clk.Now})
 	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st,
 		fleetlimit.WithBreaker(b), fleetlimit.WithTimeout(300*time.Millisecond))
 	require.NoError(t, err)
@@ -254,11 +269,12 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 }
 
 // One Breaker shared by the limiters of one store opens for all of them: the
-// login limiter's failures spare the API limiter its timeouts.
+// login limiter's failures spare the API limiter its timeouts. (A store
+// without shards: one circuit.)
 func TestBreakerShared(t *testing.T) {
 	mr, c := redistest.Mini(t)
 	st := &spy.Store{Store: stores.Redis(t, c)}
-	b := newBreaker(t, fleetlimit.BreakerConfig{Threshold: 3})
+	b := newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 3, MinOutage: -1})
 	login, err := fleetlimit.New(algorithm.SlidingWindowLog(5, time.Minute), st, fleetlimit.WithBreaker(b), fleetlimit.WithName("login"))
 	require.NoError(t, err)
 	api, err := fleetlimit.New(algorithm.TokenBucket(100, time.Second, 200), st, fleetlimit.WithBreaker(b), fleetlimit.WithName("api"))
@@ -282,7 +298,7 @@ func TestCircuitOpenDoesNotAllocate(t *testing.T) {
 	mem := store.NewMemory()
 	require.NoError(t, mem.Close())
 	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), mem,
-		fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(proptest.Epoch)})))
+		fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1, Clock: fixedClock(proptest.Epoch)})))
 	require.NoError(t, err)
 	_, err = l.Allow(bg, "u")
 	require.ErrorIs(t, err, store.ErrClosed, "a closed store is an availability failure")
@@ -292,4 +308,268 @@ func TestCircuitOpenDoesNotAllocate(t *testing.T) {
 		}
 	})
 	require.Zero(t, allocs)
+}
+
+// faultyStore decides in memory, except that the keys of a failing shard
+// (a key's shard is its first byte) fail with that shard's error, and that
+// while it is held every decision waits for release (or until its context is
+// done). It counts the decisions that reach it. shardedStore names its
+// shards.
+type faultyStore struct {
+	*store.Memory
+	calls atomic.Int64
+
+	mu      sync.Mutex
+	failing map[string]error
+	held    chan struct{} // nil: not held; closed by release
+}
+
+func newFaultyStore(t *testing.T) *faultyStore {
+	return &faultyStore{Memory: stores.Memory(t), failing: map[string]error{}}
+}
+
+// fail makes the keys of shard fail with err (nil: succeed again).
+func (s *faultyStore) fail(shard string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing[shard] = err
+}
+
+// hold makes decisions wait until release.
+func (s *faultyStore) hold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = make(chan struct{})
+}
+
+func (s *faultyStore) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.held)
+	s.held = nil
+}
+
+func (s *faultyStore) Decide(ctx context.Context, req store.Request) (algorithm.Decision, error) {
+	s.calls.Add(1)
+	s.mu.Lock()
+	err, held := s.failing[req.Key[:1]], s.held
+	s.mu.Unlock()
+	if held != nil {
+		if req.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+			defer cancel()
+		}
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return algorithm.Decision{}, fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+		}
+	}
+	if err != nil {
+		return algorithm.Decision{}, err
+	}
+	return s.Memory.Decide(ctx, req)
+}
+
+// shardedStore is a faultyStore that names its shards.
+type shardedStore struct{ *faultyStore }
+
+func (s shardedStore) Shard(key string) string { return key[:1] }
+
+var _ store.Sharded = shardedStore{}
+
+// errDown is an availability failure.
+var errDown = fmt.Errorf("%w: connection refused", store.ErrUnavailable)
+
+// A circuit opens on evidence over time, not on a crowd: step by step on a
+// fixed clock, with the default rule (5 failures, at least half of the run's
+// round trips, spanning 500ms; a run forgotten after 10s without a failure).
+func TestBreakerOpensOnEvidenceOverTime(t *testing.T) {
+	type step struct {
+		advance        time.Duration // on the breaker's clock, before the step
+		fails, answers int           // decisions that fail, then that succeed
+		want           fleetlimit.BreakerState
+		why            string
+	}
+	for name, steps := range map[string][]step{
+		"a stall": {
+			{0, 64, 0, fleetlimit.BreakerClosed, "64 callers waiting on one stall fail at one instant: a span of 0"},
+			{50 * time.Millisecond, 64, 0, fleetlimit.BreakerClosed, "those who called during it fail 50ms later: far short of 500ms"},
+			{10 * time.Millisecond, 0, 129, fleetlimit.BreakerClosed, "then the store answers: 128 failures to 129 answers end the run"},
+			{500 * time.Millisecond, 4, 0, fleetlimit.BreakerClosed, "a new run, at one instant"},
+			{500 * time.Millisecond, 1, 0, fleetlimit.BreakerOpen, "5 failures over 500ms, all of the round trips: an outage"},
+		},
+		"a dead store, one caller": {
+			{0, 1, 0, fleetlimit.BreakerClosed, "one failure"},
+			{100 * time.Millisecond, 1, 0, fleetlimit.BreakerClosed, "two"},
+			{100 * time.Millisecond, 1, 0, fleetlimit.BreakerClosed, "three"},
+			{100 * time.Millisecond, 1, 0, fleetlimit.BreakerClosed, "four"},
+			{100 * time.Millisecond, 1, 0, fleetlimit.BreakerClosed, "five, spanning 400ms: too short"},
+			{100 * time.Millisecond, 1, 0, fleetlimit.BreakerOpen, "six over 500ms"},
+		},
+		"a store answering most": {
+			{0, 1, 2, fleetlimit.BreakerClosed, "1 failure in 3 round trips: below half, the run ends"},
+			{100 * time.Millisecond, 1, 2, fleetlimit.BreakerClosed, "again"},
+			{100 * time.Millisecond, 1, 2, fleetlimit.BreakerClosed, "again: no run lasts"},
+			{100 * time.Millisecond, 1, 2, fleetlimit.BreakerClosed, "again"},
+			{100 * time.Millisecond, 1, 2, fleetlimit.BreakerClosed, "again"},
+			{100 * time.Millisecond, 1, 2, fleetlimit.BreakerClosed, "again"},
+			{100 * time.Millisecond, 1, 2, fleetlimit.BreakerClosed, "again, 600ms on"},
+		},
+		"a store failing most": {
+			{0, 2, 1, fleetlimit.BreakerClosed, "2 failures in 3 round trips"},
+			{250 * time.Millisecond, 2, 1, fleetlimit.BreakerClosed, "4 in 6, over 250ms"},
+			{250 * time.Millisecond, 1, 0, fleetlimit.BreakerOpen, "5 in 7 over 500ms: cut off"},
+		},
+		"failures far apart": {
+			{0, 4, 0, fleetlimit.BreakerClosed, "four failures"},
+			{10*time.Second + time.Millisecond, 1, 0, fleetlimit.BreakerClosed, "a fifth more than ForgetAfter later starts a new run"},
+			{time.Second, 1, 0, fleetlimit.BreakerClosed, "two in the new run"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := newFaultyStore(t)
+			clk := fakeclock.New(proptest.Epoch)
+			b := newBreaker(t, fleetlimit.BreakerConfig{Clock: clk.Now, Logger: slog.New(slog.DiscardHandler)})
+			l, err := fleetlimit.New(algorithm.TokenBucket(1_000_000, time.Second, 1_000_000), st, fleetlimit.WithBreaker(b))
+			require.NoError(t, err)
+			for i, s := range steps {
+				clk.Advance(s.advance)
+				st.fail("u", errDown)
+				for range s.fails {
+					_, err := l.Allow(bg, "u")
+					require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, "step %d: %s", i, s.why)
+					require.NotErrorIs(t, err, fleetlimit.ErrCircuitOpen, "step %d: %s", i, s.why)
+				}
+				st.fail("u", nil)
+				for range s.answers {
+					_, err := l.Allow(bg, "u")
+					require.NoError(t, err, "step %d: %s", i, s.why)
+				}
+				require.Equal(t, s.want, b.State(), "step %d: %s", i, s.why)
+			}
+		})
+	}
+}
+
+// One circuit per shard: a failing shard's circuit opens and its keys skip
+// the store, while keys of another shard keep being decided by the store;
+// the shard's probe closes its circuit alone. State reports the most open.
+func TestBreakerPerShard(t *testing.T) {
+	st := shardedStore{newFaultyStore(t)}
+	clk := fakeclock.New(proptest.Epoch)
+	b := newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 2, MinOutage: -1, Clock: clk.Now, Logger: slog.New(slog.DiscardHandler)})
+	l, err := fleetlimit.New(algorithm.FixedWindow(3, time.Hour), st, fleetlimit.WithBreaker(b), fleetlimit.WithClock(fixedClock(proptest.Epoch)))
+	require.NoError(t, err)
+
+	st.fail("a", errDown)
+	for i := range 2 {
+		_, err := l.Allow(bg, "a1")
+		require.NotErrorIs(t, err, fleetlimit.ErrCircuitOpen, "failure %d of shard a", i+1)
+	}
+	require.Equal(t, fleetlimit.BreakerOpen, b.State(), "shard a's circuit is open")
+	calls := st.calls.Load()
+	_, err = l.Allow(bg, "a2")
+	require.ErrorIs(t, err, fleetlimit.ErrCircuitOpen, "another key of shard a")
+	require.Equal(t, calls, st.calls.Load())
+	for i := range 4 {
+		res, err := l.Allow(bg, "b1")
+		require.NoError(t, err, "shard b decides, call %d", i)
+		require.Equal(t, i < 3, res.Allowed, "shard b keeps its limit of 3, call %d", i)
+	}
+
+	st.fail("a", nil)
+	clk.Advance(fleetlimit.DefaultCoolDown)
+	_, err = l.Allow(bg, "a1")
+	require.NoError(t, err, "the probe of shard a")
+	require.Equal(t, fleetlimit.BreakerClosed, b.State())
+}
+
+// A probe has the breaker's ProbeTimeout, not the limiter's: a store too
+// slow for the limiter's 50ms timeout but alive (here held until the test
+// lets it answer) answers the probe and closes the circuit, although the
+// caller whose decision probed was answered by the policy at 50ms.
+// Meanwhile other decisions skip the store.
+func TestBreakerProbeOutlastsTheTimeout(t *testing.T) {
+	st := newFaultyStore(t)
+	clk := fakeclock.New(proptest.Epoch)
+	b := newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1, Clock: clk.Now, Logger: slog.New(slog.DiscardHandler)})
+	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st,
+		fleetlimit.WithBreaker(b), fleetlimit.WithTimeout(50*time.Millisecond))
+	require.NoError(t, err)
+	st.hold()
+	_, err = l.Allow(bg, "u")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, fleetlimit.BreakerOpen, b.State())
+
+	clk.Advance(fleetlimit.DefaultCoolDown)
+	start := time.Now()
+	res, err := l.Allow(bg, "u")
+	took := time.Since(start)
+	require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, "the probe's caller is not kept waiting")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, fleetlimit.ErrCircuitOpen, "it called the store")
+	require.True(t, res.Allowed, "fail-open")
+	require.Less(t, took, 50*time.Millisecond+hangGuard)
+	clk.Advance(200 * time.Millisecond)
+	_, err = l.Allow(bg, "u")
+	require.ErrorIs(t, err, fleetlimit.ErrCircuitOpen, "one probe at a time, for as long as a probe may take")
+	st.release()
+	require.Eventually(t, func() bool { return b.State() == fleetlimit.BreakerClosed }, hangGuard, time.Millisecond,
+		"the probe's answer closes the circuit")
+	require.EqualValues(t, 2, st.calls.Load())
+}
+
+// hangGuard bounds how long a test waits for something that should happen
+// at once; it is not a speed assertion.
+const hangGuard = 5 * time.Second
+
+// An outage is reported once when a circuit opens (Error, with the shard,
+// the cause and the evidence) and once when it closes (Info, with the
+// outage's length and the failed probes) — not once per failed probe.
+func TestBreakerLogsEachChangeOnce(t *testing.T) {
+	st := shardedStore{newFaultyStore(t)}
+	clk := fakeclock.New(proptest.Epoch)
+	log := &spy.Log{}
+	b := newBreaker(t, fleetlimit.BreakerConfig{Clock: clk.Now, Logger: slog.New(log)})
+	l, err := fleetlimit.New(algorithm.TokenBucket(1_000_000, time.Second, 1_000_000), st, fleetlimit.WithBreaker(b))
+	require.NoError(t, err)
+
+	st.fail("a", errDown)
+	for i := range 5 {
+		if i > 0 {
+			clk.Advance(125 * time.Millisecond)
+		}
+		_, _ = l.Allow(bg, "a")
+	}
+	require.Equal(t, fleetlimit.BreakerOpen, b.State())
+	opened := log.Take()
+	require.Len(t, opened, 1)
+	require.Equal(t, slog.LevelError, opened[0].Level)
+	require.Contains(t, opened[0].Message, "circuit breaker opened")
+	a := spy.Attrs(opened[0])
+	require.Equal(t, "a", a["shard"].String())
+	require.Equal(t, errDown.Error(), a["cause"].String())
+	require.EqualValues(t, 5, a["failures"].Int64())
+	require.Equal(t, 500*time.Millisecond, a["over"].Duration())
+
+	for range 3 {
+		clk.Advance(fleetlimit.DefaultMaxCoolDown)
+		_, err := l.Allow(bg, "a")
+		require.ErrorIs(t, err, errDown, "a failed probe")
+	}
+	require.Empty(t, log.Take(), "failed probes are not news")
+
+	st.fail("a", nil)
+	clk.Advance(fleetlimit.DefaultMaxCoolDown)
+	_, err = l.Allow(bg, "a")
+	require.NoError(t, err)
+	closed := log.Take()
+	require.Len(t, closed, 1)
+	require.Equal(t, slog.LevelInfo, closed[0].Level)
+	require.Contains(t, closed[0].Message, "circuit breaker closed")
+	a = spy.Attrs(closed[0])
+	require.Equal(t, 4*fleetlimit.DefaultMaxCoolDown, a["outage"].Duration(), "from opening to closing on the breaker's clock")
+	require.EqualValues(t, 3, a["failed_probes"].Int64())
 }

@@ -57,7 +57,7 @@ func TestFallbackBoundsAnOutage(t *testing.T) {
 		l, err := fleetlimit.New(algorithm.SlidingWindowLog(8, time.Minute), stores.Redis(t, c),
 			fleetlimit.WithFallback(fb, 4), fleetlimit.WithObserver(rec),
 			fleetlimit.WithClock(fixedClock(proptest.Epoch)), fleetlimit.WithTimeout(time.Second),
-			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{Threshold: 1, Clock: fixedClock(proptest.Epoch)})))
+			fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1, Clock: fixedClock(proptest.Epoch)})))
 		require.NoError(t, err)
 		res, err := l.Allow(bg, "u")
 		require.NoError(t, err)

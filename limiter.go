@@ -276,35 +276,38 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	}
 	// The breaker's closed path is written out here rather than called, so
 	// that it costs two atomic loads and no call (see Breaker).
-	b := l.cfg.breaker
+	var c *circuit
 	var p probe
-	if b != nil && b.open.Load() {
-		var ok bool
-		if p, ok = b.admitOpen(); !ok {
-			return l.degraded(ctx, req, errCircuitOpen, true)
+	if b := l.cfg.breaker; b != nil {
+		c = b.circuitFor(l.store, key)
+		if c.open.Load() {
+			var ok bool
+			if p, ok = c.admitOpen(l.cfg.timeout); !ok {
+				return l.degraded(ctx, req, errCircuitOpen, true)
+			}
 		}
 	}
-	d, err := l.store.Decide(ctx, req)
+	var d algorithm.Decision
+	if p != 0 {
+		d, err = l.probe(ctx, req, c, p) // which tells c how it went
+	} else {
+		d, err = l.store.Decide(ctx, req)
+	}
 	if err != nil {
 		if cerr := doneErr(ctx); cerr != nil {
 			// The caller gave up, or its own deadline (not the limiter's)
 			// ended the wait: that says nothing about the store, and a
 			// client must not be able to open the breaker for everyone by
 			// sending short deadlines.
-			b.abandon(p)
 			return l.callerGone(key, cerr)
 		}
-		if availabilityFailure(err) {
-			b.failure(p)
-		} else {
-			b.success(p) // the store answered: it is up, one key is bad
+		if p == 0 {
+			c.failed(err)
 		}
 		return l.degraded(ctx, req, fmt.Errorf("%w: %w", ErrStoreUnavailable, err), false)
 	}
-	if p != 0 {
-		b.probeSucceeded(p)
-	} else if b != nil && b.fails.Load() != 0 {
-		b.success(0)
+	if p == 0 && c != nil && c.run.Load() {
+		c.answered() // the store answered during a run of failures
 	}
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(key, err)

@@ -106,7 +106,8 @@ func requireBoundedConnections(t *testing.T, c *redis.Client, p *redistest.Proxy
 // breaker is open the store is not called at all: no call waits, no
 // connection is made. When Redis answers again, the breaker's probe closes
 // it and decisions recover on their own. The breaker's clock is fake, so
-// that its cool-down ends when the test says.
+// that its runs and cool-down last as long as the test says: the callers
+// come in waves, each one timeout later on that clock than the last.
 func TestHungRedis(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	srv := redistest.StartServer(t)
@@ -122,7 +123,19 @@ func TestHungRedis(t *testing.T) {
 		require.NoError(t, call(l, bg, "u").err)
 
 		p.SetBlackHole(true)
-		outs := requireBoundedConnections(t, c, p, func() []outcome { return burst(l, "u", 64, 4) })
+		outs := requireBoundedConnections(t, c, p, func() []outcome {
+			// One wave's failures are one instant: the breaker opens in the
+			// wave that makes them span DefaultMinOutage, and the next wave
+			// finds it open.
+			var outs []outcome
+			for i := range int(fleetlimit.DefaultMinOutage/timeout) + 2 {
+				if i > 0 && i <= int(fleetlimit.DefaultMinOutage/timeout) {
+					clock.Advance(timeout)
+				}
+				outs = append(outs, burst(l, "u", 64, 1)...)
+			}
+			return outs
+		})
 		timedOut, open := 0, 0
 		for i, o := range outs {
 			msg := fmt.Sprintf("%s, call %d", policy, i)
@@ -137,7 +150,7 @@ func TestHungRedis(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d calls timed out, then the breaker answered %d", policy, timedOut, open)
-		require.GreaterOrEqual(t, timedOut, fleetlimit.DefaultBreakerThreshold, "%s: it takes the threshold's failures to open", policy)
+		require.GreaterOrEqual(t, timedOut, fleetlimit.DefaultMinFailures, "%s: it takes failures over time to open", policy)
 		require.Positive(t, open, "%s: the breaker opened", policy)
 		require.Equal(t, fleetlimit.BreakerOpen, b.State(), policy)
 

@@ -44,7 +44,7 @@ const rigThreshold = 3
 
 func newFailureRig(t *testing.T, st store.Store, policy fleetlimit.FailurePolicy, timeout time.Duration) (*failureRig, func() response) {
 	rig := &failureRig{st: &spy.Store{Store: st}, clk: fakeclock.New(proptest.Epoch), rec: &spy.Observer{}, limit: 100}
-	b, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{Threshold: rigThreshold, Clock: rig.clk.Now})
+	b, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{MinFailures: rigThreshold, MinOutage: -1, ProbeTimeout: timeout, Clock: rig.clk.Now})
 	require.NoError(t, err)
 	rig.l, err = fleetlimit.New(algorithm.TokenBucket(rig.limit, time.Minute, rig.limit), rig.st,
 		fleetlimit.WithName("api"), fleetlimit.WithFailurePolicy(policy), fleetlimit.WithTimeout(timeout),

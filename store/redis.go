@@ -47,6 +47,7 @@ type Redis struct {
 	bounded bool // client honours context deadlines
 	closed  atomic.Bool
 	combine *combiner // nil: every decision its own round trip
+	shards  shards    // per Cluster master or Ring shard: see shard.go
 }
 
 // RedisOption configures NewRedis.
@@ -63,7 +64,9 @@ const DefaultMaxInFlight = 4
 // WithMaxInFlight sets how many round trips to Redis the store runs at once
 // before it pipelines: decisions arriving while n round trips are in flight
 // queue up and ride the next one together, as one pipeline of EVALSHAs.
-// A lone caller never waits for another. n <= 0 turns pipelining off: every
+// A lone caller never waits for another. With a Cluster or Ring client the
+// n round trips are per server, and a pipeline goes to one server: a slow
+// server holds up no other's decisions. n <= 0 turns pipelining off: every
 // decision is its own round trip on its own pooled connection. Default:
 // DefaultMaxInFlight. Pipelining needs a client that honours deadlines (see
 // Redis); with any other it is off.
@@ -164,7 +167,7 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 	var err error
 	switch {
 	case r.combine != nil:
-		reply, err = r.combine.do(ctx, script, keys, args)
+		reply, err = r.combinerFor(req.Key).do(ctx, script, keys, args)
 	case r.bounded:
 		reply, err = r.run(ctx, script, keys, args)
 	default:
@@ -185,6 +188,7 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 		}
 		return algorithm.Decision{}, redisError(keys[0], err)
 	}
+	r.noteRouted()
 	return parseReply(reply, req.Strategy.Limit())
 }
 

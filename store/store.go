@@ -79,9 +79,7 @@ var (
 // mapping is one-to-one), so that a key such as "}{" can neither end the tag
 // early nor leave it empty, which would hash the whole name.
 func RedisKey(prefix, key, tag string) string {
-	if strings.ContainsAny(key, "{}%") {
-		key = braceEscaper.Replace(key)
-	}
+	key = hashTag(key)
 	var b strings.Builder
 	b.Grow(len(prefix) + len(key) + len(tag) + 3)
 	b.WriteString(prefix)
