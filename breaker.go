@@ -176,8 +176,9 @@ func (s BreakerState) String() string {
 // The default is per Limiter because a Limiter cannot know which other
 // limiters share its store.
 //
-// Without an outage, a decision costs the breaker two atomic loads (plus the
-// store's Shard for a sharded store) and allocates nothing. A Breaker is safe
+// Outside a run of failures, a decision costs the breaker the lookup of its
+// circuit (a type assertion; for a store.Sharded store also its Shard and a
+// map read) and two atomic loads, and allocates nothing. A Breaker is safe
 // for concurrent use.
 type Breaker struct {
 	minFailures  int64

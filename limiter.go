@@ -274,8 +274,8 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(key, err)
 	}
-	// The breaker's closed path is written out here rather than called, so
-	// that it costs two atomic loads and no call (see Breaker).
+	// The breaker's closed path is written out here rather than called: the
+	// key's circuit, then two atomic loads and no clock (see Breaker).
 	var c *circuit
 	var p probe
 	if b := l.cfg.breaker; b != nil {
