@@ -11,7 +11,10 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-var _ Store = (*Memory)(nil)
+var (
+	_ Store    = (*Memory)(nil)
+	_ Resetter = (*Memory)(nil)
+)
 
 // memoryShards is the number of independently locked maps; a power of two.
 const memoryShards = 256
@@ -135,15 +138,7 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	if !now.IsZero() && !m.callerTime.Load() {
 		m.callerTime.Store(true)
 	}
-	tag := tagOf(req.Strategy)
-	h := maphash.String(m.seed, req.Key)
-	sh := &m.shards[h&(memoryShards-1)]
-	// Mix the namespace in above the shard bits, so that one user key under
-	// several prefixes or algorithms stays in one shard. Cheaply: an app has
-	// a handful of namespaces, so the few that agree on these bytes share a
-	// chain, told apart by the string comparison below; hashing the whole
-	// prefix on every decision would cost more than it saves.
-	h ^= namespaceBits(req.Prefix, tag) << 32
+	tag, sh, h := m.locate(req)
 
 	sh.mu.Lock()
 	if now.IsZero() {
@@ -161,7 +156,7 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 		now = time.UnixMicro(hz)
 	}
 	e := sh.entries[h]
-	for e != nil && (e.key != req.Key || e.prefix != req.Prefix || e.tag != tag) {
+	for e != nil && !e.is(req, tag) {
 		e = e.next
 	}
 	var st algorithm.State
@@ -181,6 +176,55 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	}
 	sh.mu.Unlock()
 	return d, err
+}
+
+// locate returns req's algorithm tag, the shard that holds req.Key, and the
+// key's hash within it.
+func (m *Memory) locate(req Request) (tag string, sh *memoryShard, h uint64) {
+	tag = tagOf(req.Strategy)
+	h = maphash.String(m.seed, req.Key)
+	sh = &m.shards[h&(memoryShards-1)]
+	// Mix the namespace in above the shard bits, so that one user key under
+	// several prefixes or algorithms stays in one shard. Cheaply: an app has
+	// a handful of namespaces, so the few that agree on these bytes share a
+	// chain, told apart by the string comparison in memoryEntry.is; hashing
+	// the whole prefix on every decision would cost more than it saves.
+	h ^= namespaceBits(req.Prefix, tag) << 32
+	return tag, sh, h
+}
+
+// is reports whether e holds the state of req's key under tag.
+func (e *memoryEntry) is(req Request, tag string) bool {
+	return e.key == req.Key && e.prefix == req.Prefix && e.tag == tag
+}
+
+// Reset drops req.Key's state for req.Strategy's algorithm under its shard
+// lock: the next decision on it sees a fresh key. It never blocks on I/O, so
+// ctx and req.Timeout are not consulted.
+func (m *Memory) Reset(_ context.Context, req Request) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	tag, sh, h := m.locate(req)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var prev *memoryEntry
+	for e := sh.entries[h]; e != nil; prev, e = e, e.next {
+		if !e.is(req, tag) {
+			continue
+		}
+		switch {
+		case prev != nil:
+			prev.next = e.next
+		case e.next != nil:
+			sh.entries[h] = e.next
+		default:
+			delete(sh.entries, h)
+		}
+		sh.n--
+		return nil
+	}
+	return nil
 }
 
 // tagOf is the strategy's script tag, or its name if it has no script (a

@@ -15,7 +15,10 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-var _ Store = (*Redis)(nil)
+var (
+	_ Store    = (*Redis)(nil)
+	_ Resetter = (*Redis)(nil)
+)
 
 // Redis is a store shared by every process that points at the same Redis:
 // each decision is one EVALSHA of the strategy's Lua twin, which reads and
@@ -168,24 +171,61 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 	case r.bounded:
 		reply, err = r.run(ctx, script, keys, args)
 	default:
-		reply, err = r.runAbandonable(ctx, script, keys, args)
+		reply, err = abandonable(ctx, func(ctx context.Context) (any, error) { return r.run(ctx, script, keys, args) })
 	}
 	if err != nil {
-		if ctxErr := contextErr(ctx); ctxErr != nil {
-			if !errors.Is(err, ctxErr) {
-				// go-redis reports a deadline that struck inside a socket
-				// read as the socket's i/o timeout; say which deadline it was.
-				err = fmt.Errorf("%w: %w", ctxErr, err)
-			}
-			if r.client.PoolStats().TotalConns == 0 {
-				// go-redis retries a failing dial until the deadline, which
-				// then hides the cause: say what is known.
-				err = fmt.Errorf("%w (no connection to Redis is open: wrong address or server down? Redis.Ping names the cause)", err)
-			}
-		}
-		return algorithm.Decision{}, redisError(keys[0], err)
+		return algorithm.Decision{}, r.failed(ctx, keys[0], err)
 	}
 	return parseReply(reply, req.Strategy.Limit())
+}
+
+// failed is the error of a call on key that failed with err: err classed by
+// redisError, and named as the deadline's when ctx is done.
+func (r *Redis) failed(ctx context.Context, key string, err error) error {
+	if ctxErr := contextErr(ctx); ctxErr != nil {
+		if !errors.Is(err, ctxErr) {
+			// go-redis reports a deadline that struck inside a socket
+			// read as the socket's i/o timeout; say which deadline it was.
+			err = fmt.Errorf("%w: %w", ctxErr, err)
+		}
+		if r.client.PoolStats().TotalConns == 0 {
+			// go-redis retries a failing dial until the deadline, which
+			// then hides the cause: say what is known.
+			err = fmt.Errorf("%w (no connection to Redis is open: wrong address or server down? Redis.Ping names the cause)", err)
+		}
+	}
+	return redisError(key, err)
+}
+
+// Reset deletes the key that holds req.Key's state for req.Strategy's
+// algorithm (RedisKey(req.Prefix, req.Key, tag)) with one DEL, which Redis
+// applies atomically between scripts. It is bounded by req.Timeout and ctx,
+// as Decide is, and is never pipelined.
+func (r *Redis) Reset(ctx context.Context, req Request) error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	script := req.Strategy.Script()
+	if script == nil {
+		return fmt.Errorf("store: strategy %s has no Lua script: %w", req.Strategy.Name(), algorithm.ErrInvalidStrategy)
+	}
+	key := RedisKey(req.Prefix, req.Key, script.Tag)
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	del := func(ctx context.Context) (any, error) { return r.client.Del(ctx, key).Result() }
+	var err error
+	if r.bounded {
+		_, err = del(ctx)
+	} else {
+		_, err = abandonable(ctx, del)
+	}
+	if err != nil {
+		return r.failed(ctx, key, err)
+	}
+	return nil
 }
 
 // contextErr is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
@@ -210,17 +250,17 @@ func (r *Redis) run(ctx context.Context, s *algorithm.Script, keys []string, arg
 	return r.client.Eval(ctx, s.Source, keys, args...).Result()
 }
 
-// runAbandonable runs the call on a goroutine so that ctx can end the wait
-// even when the client ignores deadlines. The goroutine finishes on its own
-// when the client gives up.
-func (r *Redis) runAbandonable(ctx context.Context, s *algorithm.Script, keys []string, args []any) (any, error) {
+// abandonable runs call on a goroutine so that ctx can end the wait even
+// when the client ignores deadlines. The goroutine finishes on its own when
+// the client gives up.
+func abandonable(ctx context.Context, call func(context.Context) (any, error)) (any, error) {
 	type result struct {
 		reply any
 		err   error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		reply, err := r.run(ctx, s, keys, args)
+		reply, err := call(ctx)
 		ch <- result{reply, err}
 	}()
 	select {

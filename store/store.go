@@ -23,6 +23,19 @@ type Store interface {
 	Close() error
 }
 
+// Resetter is implemented by stores that can put a key back at full
+// capacity: Memory and Redis. fleetlimit.Limiter.Reset needs it.
+type Resetter interface {
+	// Reset removes the state of req.Key under req.Prefix for req.Strategy's
+	// algorithm (its Script.Tag), atomically: a decision made after Reset
+	// returns sees a fresh key, and one made concurrently sees the state
+	// either before or after it, never part of it. The key's state for other
+	// algorithms, prefixes and keys is untouched. req.N and req.Now are
+	// ignored. Resetting a key that holds nothing succeeds. Errors are
+	// classed as Decide's are.
+	Reset(ctx context.Context, req Request) error
+}
+
 // Request is one decision to make. Callers (fleetlimit.Limiter) validate it:
 // a non-empty Key of at most MaxKeyLen bytes, 1 <= N <= algorithm.MaxInt, a
 // valid Strategy, and a Prefix without braces.

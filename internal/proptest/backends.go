@@ -28,11 +28,15 @@ const (
 	memoryCases = 300
 	miniCases   = 200
 	realCases   = 200
+	// clusterCases is fewer: three servers on a loaded machine, each case
+	// a round trip per request through the cluster client.
+	clusterCases = 100
 )
 
 // Backends returns the stores to run on: "memory", "miniredis", "redis"
 // (the real server that ./test.sh starts), all three when none is named —
-// the real one only when the environment names it (redistest.HaveReal).
+// the real one only when the environment names it (redistest.HaveReal) —
+// and, only when named, "cluster" (the real 3-master Redis Cluster).
 func Backends(t *testing.T, names ...string) []Backend {
 	t.Helper()
 	if len(names) == 0 {
@@ -52,6 +56,9 @@ func Backends(t *testing.T, names ...string) []Backend {
 		case "redis":
 			c := redistest.Real(t)
 			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Cases: realCases})
+		case "cluster":
+			c := redistest.Cluster(t)
+			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Cases: clusterCases})
 		default:
 			t.Fatalf("unknown backend %q", name)
 		}

@@ -46,6 +46,14 @@ func (r *Rig) At(ev Event) (fleetlimit.Result, error) {
 	return res, nil
 }
 
+// Reset resets key at the rig's current time (Limiter.Reset).
+func (r *Rig) Reset(key string) error {
+	if err := r.lim.Reset(context.Background(), key); err != nil {
+		return fmt.Errorf("reset %q at %s: %w", key, r.clock.Now().Format(time.RFC3339Nano), err)
+	}
+	return nil
+}
+
 // Outcome is a decided event.
 type Outcome struct {
 	Event
