@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -57,3 +58,57 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	return nil
 }
+
+// Peek returns exactly what AllowN(ctx, key, n) would decide now, and
+// records nothing: the key's state in the store is unchanged (in Redis its
+// value and TTL), so a Peek followed by AllowN with nothing in between
+// decides the same way twice. A concurrent decision on the key may of
+// course change what the next AllowN sees.
+//
+// Everything else is as AllowN: the same input errors (ErrInvalidKey,
+// ErrInvalidCost, ErrClockOutOfRange), the same timeout, and when the store
+// cannot answer, the same circuit breaker (a failed peek counts as a failed
+// decision) and failure policy — under FailOpen the Result is Allowed with
+// an error wrapping ErrStoreUnavailable; under FailLocal the fallback store
+// only peeks too (or, if it cannot peek, the Result is FailClosed's). A
+// caller that is gone gets a denial and its context's error. The Observer
+// is not told: a peek is not a decision.
+//
+// The store must implement store.Peeker and the strategy must allow a peek
+// (its State an algorithm.Cloner for store.Memory, its Script.Peeks for
+// store.Redis; the built-ins do); otherwise the error wraps
+// errors.ErrUnsupported.
+//
+// Peek is safe for concurrent use. In Redis a peek is one read-only script
+// (EVALSHA, pipelined as decisions are).
+func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error) {
+	if _, err := l.request(key, n); err != nil {
+		return Result{Limit: l.strategy.Limit()}, err
+	}
+	p, ok := l.store.(store.Peeker)
+	if !ok {
+		return Result{Limit: l.strategy.Limit()}, fmt.Errorf("fleetlimit: peek %q: store %T does not implement store.Peeker: %w", key, l.store, errors.ErrUnsupported)
+	}
+	// A view of l whose stores peek: decide applies the breaker, the
+	// fallback and the policy exactly as for AllowN.
+	v := *l
+	v.store = peekStore{p}
+	if fb := l.fallback; fb != nil {
+		v.fallback = nil // the policy decides if the fallback cannot peek
+		if fp, ok := fb.store.(store.Peeker); ok {
+			v.fallback = &fallback{strategy: fb.strategy, store: peekStore{fp}}
+		}
+	}
+	res, _, err := v.decide(ctx, key, n)
+	return res, err
+}
+
+// peekStore is a Store whose decisions are peeks: Decide calls Peek. It is
+// only ever a Limiter's view for Peek, and is never closed.
+type peekStore struct{ p store.Peeker }
+
+func (s peekStore) Decide(ctx context.Context, req store.Request) (algorithm.Decision, error) {
+	return s.p.Peek(ctx, req)
+}
+
+func (s peekStore) Close() error { return nil }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,3 +216,153 @@ func TestResetFallback(t *testing.T) {
 	require.NoError(t, lim.Reset(bg, "u"))
 	require.Equal(t, 0, local.Len(), "the fallback still holds u")
 }
+
+// TestPropertyPeek: on every store and for every registered algorithm, each
+// request of a generated timeline is peeked at and then decided. The peek
+// equals the decision; on Redis the key's value (DUMP) and TTL are as before
+// the peek (the TTL only runs down); and the decisions equal those of the
+// same timeline decided without peeks.
+func TestPropertyPeek(t *testing.T) {
+	proptest.CheckEntries(t, keyOpBackends(t), func(b proptest.Backend, s proptest.Scenario) (string, error) {
+		return checkPeek(b, s)
+	})
+}
+
+func checkPeek(b proptest.Backend, s proptest.Scenario) (string, error) {
+	peeked, err := proptest.NewRig(b.Store, s.Strat.S)
+	if err != nil {
+		return "", err
+	}
+	evs := s.Events()
+	plain, err := proptest.RunScenario(b.Store, s)
+	if err != nil {
+		return "", err
+	}
+	for i, ev := range evs {
+		before, err := redisState(b, peeked.RedisKey(ev.Key))
+		if err != nil {
+			return "", err
+		}
+		p, err := peeked.Peek(ev)
+		if err != nil {
+			return "", err
+		}
+		after, err := redisState(b, peeked.RedisKey(ev.Key))
+		if err != nil {
+			return "", err
+		}
+		if msg := sameState(before, after); msg != "" {
+			return fmt.Sprintf("request %d (%q n=%d at +%v): the peek changed the key: %s", i, ev.Key, ev.N, ev.At.Sub(s.Base), msg), nil
+		}
+		d, err := peeked.At(ev)
+		if err != nil {
+			return "", err
+		}
+		if p != d {
+			return fmt.Sprintf("request %d (%q n=%d at +%v): peek %+v, then AllowN %+v", i, ev.Key, ev.N, ev.At.Sub(s.Base), p, d), nil
+		}
+		if d != plain[i].Res {
+			return fmt.Sprintf("request %d (%q n=%d at +%v): %+v after peeks, %+v without", i, ev.Key, ev.N, ev.At.Sub(s.Base), d, plain[i].Res), nil
+		}
+	}
+	return "", nil
+}
+
+// keyState is a Redis key's value and TTL: a string, or a sorted set's
+// members and scores (miniredis has no DUMP of a sorted set).
+type keyState struct {
+	value string
+	ttl   time.Duration
+}
+
+// redisState reads key's state on b's Redis; the zero keyState in memory.
+func redisState(b proptest.Backend, key string) (keyState, error) {
+	if b.Client == nil {
+		return keyState{}, nil
+	}
+	typ, err := b.Client.Type(bg, key).Result()
+	if err != nil {
+		return keyState{}, err
+	}
+	var v any
+	switch typ {
+	case "zset":
+		v, err = b.Client.ZRangeWithScores(bg, key, 0, -1).Result()
+	case "string":
+		v, err = b.Client.Get(bg, key).Result()
+	}
+	if err != nil {
+		return keyState{}, err
+	}
+	ttl, err := b.Client.PTTL(bg, key).Result()
+	return keyState{fmt.Sprintf("%s %v", typ, v), ttl}, err
+}
+
+// sameState says how after differs from before, when it does by more than
+// the TTL running down in real time.
+func sameState(before, after keyState) string {
+	if before.value != after.value {
+		return fmt.Sprintf("value %q became %q", before.value, after.value)
+	}
+	if after.ttl > before.ttl || after.ttl < before.ttl-time.Second {
+		return fmt.Sprintf("TTL %v became %v", before.ttl, after.ttl)
+	}
+	return ""
+}
+
+// Peek under every failure policy when the store cannot answer: as AllowN
+// would decide, with ErrStoreUnavailable; under FailLocal the fallback only
+// peeks. Bad input and a caller gone are as for AllowN; the observer hears
+// nothing; a store that cannot peek says so.
+func TestPeekErrors(t *testing.T) {
+	strat := algorithm.FixedWindow(2, time.Hour)
+	mr, c := redistest.Mini(t)
+	mr.Close()
+	local := stores.Memory(t)
+	obs := &countingObserver{}
+	newLim := func(opts ...fleetlimit.Option) *fleetlimit.Limiter {
+		opts = append(opts, fleetlimit.WithClock(fixedClock(proptest.Epoch)), fleetlimit.WithObserver(obs))
+		l, err := fleetlimit.New(strat, stores.Redis(t, c), opts...)
+		require.NoError(t, err)
+		return l
+	}
+	fresh := fleetlimit.Result{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: time.Hour}
+	for name, c := range map[string]struct {
+		lim  *fleetlimit.Limiter
+		want fleetlimit.Result
+	}{
+		"FailLocal":  {newLim(fleetlimit.WithFallback(local, 1)), fresh},
+		"FailOpen":   {newLim(fleetlimit.WithFailurePolicy(fleetlimit.FailOpen)), fleetlimit.Result{Allowed: true, Limit: 2}},
+		"FailClosed": {newLim(fleetlimit.WithFailurePolicy(fleetlimit.FailClosed)), fleetlimit.Result{Limit: 2, RetryAfter: fleetlimit.FailClosedRetryAfter, ResetAfter: fleetlimit.FailClosedRetryAfter}},
+	} {
+		for range 3 {
+			res, err := c.lim.Peek(bg, "u", 1)
+			require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, name)
+			require.Equal(t, c.want, res, name)
+		}
+	}
+	require.Equal(t, 0, local.Len(), "the fallback recorded a peek")
+	require.Zero(t, obs.n.Load(), "the observer heard of a peek")
+
+	lim, err := fleetlimit.New(strat, local, fleetlimit.WithClock(fixedClock(proptest.Epoch)))
+	require.NoError(t, err)
+	_, err = lim.Peek(bg, "", 1)
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidKey)
+	_, err = lim.Peek(bg, "u", 0)
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidCost)
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	res, err := lim.Peek(ctx, "u", 1)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, fleetlimit.Result{Limit: 2}, res)
+	require.Equal(t, 0, local.Len())
+
+	lim, err = fleetlimit.New(strat, decideOnly{local})
+	require.NoError(t, err)
+	_, err = lim.Peek(bg, "u", 1)
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
+type countingObserver struct{ n atomic.Int64 }
+
+func (o *countingObserver) Observe(fleetlimit.Event) { o.n.Add(1) }

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -14,6 +16,7 @@ import (
 var (
 	_ Store    = (*Memory)(nil)
 	_ Resetter = (*Memory)(nil)
+	_ Peeker   = (*Memory)(nil)
 )
 
 // memoryShards is the number of independently locked maps; a power of two.
@@ -131,11 +134,25 @@ func monotonicClock() func() time.Time {
 // It never blocks on I/O, so ctx and req.Timeout are not consulted. A time
 // behind the sweep horizon is judged at the horizon (see Sweep).
 func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, error) {
+	return m.decide(req, false)
+}
+
+// Peek runs req.Strategy's Go rule, under the key's shard lock, on a copy
+// of the key's state (algorithm.Cloner), or on a fresh state for a key it
+// does not hold, and drops the copy: the decision Decide would make now,
+// with nothing recorded. The sweep's record of decision times is not moved
+// either.
+func (m *Memory) Peek(_ context.Context, req Request) (algorithm.Decision, error) {
+	return m.decide(req, true)
+}
+
+// decide is Decide, or with peek Peek.
+func (m *Memory) decide(req Request, peek bool) (algorithm.Decision, error) {
 	if m.closed.Load() {
 		return algorithm.Decision{}, ErrClosed
 	}
 	now := req.Now
-	if !now.IsZero() && !m.callerTime.Load() {
+	if !peek && !now.IsZero() && !m.callerTime.Load() {
 		m.callerTime.Store(true)
 	}
 	tag, sh, h := m.locate(req)
@@ -160,12 +177,25 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 		e = e.next
 	}
 	var st algorithm.State
-	if e != nil {
-		st = e.state
-	} else {
+	switch {
+	case e == nil:
 		st = req.Strategy.NewState()
+	case !peek:
+		st = e.state
+	default:
+		c, ok := e.state.(algorithm.Cloner)
+		if !ok {
+			sh.mu.Unlock()
+			return algorithm.Decision{}, fmt.Errorf("store: %s state %T cannot be copied for a peek: %w: %w",
+				req.Strategy.Name(), e.state, ErrRejected, errors.ErrUnsupported)
+		}
+		st = c.Clone()
 	}
 	d, err := req.Strategy.Decide(st, now, req.N)
+	if peek {
+		sh.mu.Unlock()
+		return d, err
+	}
 	if err == nil && e == nil && d.Allowed {
 		// A denied request on a fresh key records nothing.
 		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}

@@ -18,6 +18,7 @@ import (
 var (
 	_ Store    = (*Redis)(nil)
 	_ Resetter = (*Redis)(nil)
+	_ Peeker   = (*Redis)(nil)
 )
 
 // Redis is a store shared by every process that points at the same Redis:
@@ -140,6 +141,19 @@ func honoursDeadlines(client redis.UniversalClient) (bool, error) {
 // Decide runs the strategy's script on its key with one EVALSHA (EVAL when the
 // script is not cached), bounded by req.Timeout and ctx.
 func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, error) {
+	return r.decide(ctx, req, false)
+}
+
+// Peek runs the strategy's script as Decide does, with the calling
+// convention's peek flag: the script decides and writes nothing, so the
+// key's value and TTL are unchanged, and it runs on a read-only replica
+// too. It refuses a script that does not set algorithm.Script.Peeks.
+func (r *Redis) Peek(ctx context.Context, req Request) (algorithm.Decision, error) {
+	return r.decide(ctx, req, true)
+}
+
+// decide is Decide, or with peek Peek.
+func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.Decision, error) {
 	if r.closed.Load() {
 		return algorithm.Decision{}, ErrClosed
 	}
@@ -147,9 +161,12 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 	if script == nil {
 		return algorithm.Decision{}, fmt.Errorf("store: strategy %s has no Lua script: %w", req.Strategy.Name(), algorithm.ErrInvalidStrategy)
 	}
+	if peek && !script.Peeks {
+		return algorithm.Decision{}, fmt.Errorf("store: the script of strategy %s does not honour the peek flag: %w: %w", req.Strategy.Name(), ErrRejected, errors.ErrUnsupported)
+	}
 	keys := []string{RedisKey(req.Prefix, req.Key, script.Tag)}
 	static := req.Strategy.ScriptArgs()
-	args := make([]any, 2, 2+len(static))
+	args := make([]any, 2, 3+len(static))
 	if !req.Now.IsZero() {
 		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
 	} else {
@@ -157,6 +174,9 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 	}
 	args[1] = req.N
 	args = append(args, static...)
+	if peek {
+		args = append(args, "peek")
+	}
 
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -19,7 +21,9 @@ type Backend struct {
 	// that every key's TTL stays near or above a second (see Grain).
 	Real  bool
 	Store store.Store
-	Cases int // property cases per strategy
+	// Client is the Redis client under Store; nil for memory.
+	Client redis.UniversalClient
+	Cases  int // property cases per strategy
 }
 
 // Case counts per property and strategy: hundreds on every store.
@@ -52,13 +56,13 @@ func Backends(t *testing.T, names ...string) []Backend {
 			bs = append(bs, Backend{Name: name, Store: Memory(t), Cases: memoryCases})
 		case "miniredis":
 			_, c := redistest.Mini(t)
-			bs = append(bs, Backend{Name: name, Store: stores.Redis(t, c), Cases: miniCases})
+			bs = append(bs, Backend{Name: name, Store: stores.Redis(t, c), Client: c, Cases: miniCases})
 		case "redis":
 			c := redistest.Real(t)
-			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Cases: realCases})
+			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: realCases})
 		case "cluster":
 			c := redistest.Cluster(t)
-			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Cases: clusterCases})
+			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: clusterCases})
 		default:
 			t.Fatalf("unknown backend %q", name)
 		}
