@@ -335,8 +335,8 @@ func doneErr(ctx context.Context) error {
 
 // request validates a call and builds the store request.
 func (l *Limiter) request(key string, n int64) (store.Request, error) {
-	if key == "" || len(key) > store.MaxKeyLen {
-		return store.Request{}, fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidKey, len(key), store.MaxKeyLen)
+	if err := checkKey(key); err != nil {
+		return store.Request{}, err
 	}
 	if n < 1 || n > algorithm.MaxInt {
 		return store.Request{}, fmt.Errorf("%w: %d, want 1 to 2^53", ErrInvalidCost, n)
@@ -356,6 +356,14 @@ func (l *Limiter) request(key string, n int64) (store.Request, error) {
 		req.Now = now
 	}
 	return req, nil
+}
+
+// checkKey returns ErrInvalidKey, wrapped, for an empty or over-long key.
+func checkKey(key string) error {
+	if key == "" || len(key) > store.MaxKeyLen {
+		return fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidKey, len(key), store.MaxKeyLen)
+	}
+	return nil
 }
 
 // degraded decides req, which the store did not, with the fallback or else

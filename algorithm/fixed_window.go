@@ -7,7 +7,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var fixedWindowScript = NewScript("fw", scripts.FixedWindow())
+var fixedWindowScript = peekable(NewScript("fw", scripts.FixedWindow()))
 
 // FixedWindow returns the naive counter: at most limit units per window, with
 // windows aligned to multiples of window since the Unix epoch.
@@ -65,6 +65,8 @@ type fixedWindowState struct {
 }
 
 func (st *fixedWindowState) FullAt() int64 { return st.end }
+
+func (st *fixedWindowState) Clone() State { c := *st; return &c }
 
 func (s *fixedWindow) Decide(state State, now time.Time, n int64) (Decision, error) {
 	st, ok := state.(*fixedWindowState)

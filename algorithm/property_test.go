@@ -382,19 +382,9 @@ func TestPropertyFixedWindowFlawFound(t *testing.T) {
 // built-in algorithms both waits are also tight: one microsecond earlier is
 // denied.
 func TestPropertyResultConsistency(t *testing.T) {
-	bs := proptest.Backends(t)
-	for _, e := range proptest.RegistryEntries(t) {
-		t.Run(e.Name, func(t *testing.T) {
-			for _, b := range bs {
-				t.Run(b.Name, func(t *testing.T) {
-					g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.EntryCase(e, b, r) }, false)
-					proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) {
-						return checkConsistency(b.Store, s, tightTiming[e.Name])
-					}, g))
-				})
-			}
-		})
-	}
+	proptest.CheckEntries(t, proptest.Backends(t), func(b proptest.Backend, s proptest.Scenario) (string, error) {
+		return checkConsistency(b.Store, s, tightTiming[s.Strat.Name])
+	})
 }
 
 // resultInvariants checks one Result against the contract.

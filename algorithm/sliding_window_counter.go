@@ -9,7 +9,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var slidingWindowCounterScript = NewScript("swc", scripts.SlidingWindowCounter())
+var slidingWindowCounterScript = peekable(NewScript("swc", scripts.SlidingWindowCounter()))
 
 // SlidingWindowCounter returns the sliding-window counter: the sliding-window
 // log's rule applied to an estimate, in constant memory.
@@ -123,6 +123,8 @@ type slidingCounterState struct {
 }
 
 func (st *slidingCounterState) FullAt() int64 { return st.full }
+
+func (st *slidingCounterState) Clone() State { c := *st; return &c }
 
 func (s *slidingWindowCounter) Decide(state State, now time.Time, n int64) (Decision, error) {
 	st, ok := state.(*slidingCounterState)

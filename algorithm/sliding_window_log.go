@@ -2,13 +2,14 @@ package algorithm
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var slidingWindowLogScript = NewScript("sl", scripts.SlidingWindowLog())
+var slidingWindowLogScript = peekable(NewScript("sl", scripts.SlidingWindowLog()))
 
 // MaxLogLimit is the largest limit SlidingWindowLog accepts: at a million
 // units a key's log holds up to a million sorted-set members (~100 MB) and
@@ -87,6 +88,12 @@ func (st *slidingLogState) FullAt() int64 {
 		return 0
 	}
 	return st.log[len(st.log)-1].at + st.window
+}
+
+// Clone copies the live entries only: a copy costs O(live entries), at most
+// the limit.
+func (st *slidingLogState) Clone() State {
+	return &slidingLogState{log: slices.Clone(st.log[st.head:]), count: st.count, window: st.window}
 }
 
 func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision, error) {

@@ -58,6 +58,24 @@ type State interface {
 	FullAt() int64
 }
 
+// Cloner is implemented by States that can be copied: a store peeks at a
+// decision (fleetlimit.Limiter.Peek) by applying Decide to a copy of the
+// key's state and dropping the copy, so the decision rule is written once.
+// Clone returns a State that Decide treats exactly as the original and that
+// shares no mutable memory with it. The caller holds the original's lock.
+// The built-in strategies' states implement it; a custom strategy's state
+// opts in by implementing it.
+type Cloner interface {
+	Clone() State
+}
+
+var (
+	_ Cloner = (*slidingLogState)(nil)
+	_ Cloner = (*tokenBucketState)(nil)
+	_ Cloner = (*fixedWindowState)(nil)
+	_ Cloner = (*slidingCounterState)(nil)
+)
+
 // Strategy is a rate-limiting algorithm with its parameters: a decision rule
 // in plain Go and its Lua twin for Redis.
 //
@@ -97,6 +115,17 @@ type Script struct {
 	Source string
 	// SHA1 is the hex SHA-1 digest of Source, for EVALSHA.
 	SHA1 string
+	// Peeks reports that Source honours the calling convention's peek flag
+	// (see package scripts): sent "peek" as its last argument, it decides
+	// as usual and writes nothing. The built-in scripts do; a store refuses
+	// to peek with a script that does not. Default (NewScript): false.
+	Peeks bool
+}
+
+// peekable returns s with Peeks set, for the built-in scripts.
+func peekable(s *Script) *Script {
+	s.Peeks = true
+	return s
 }
 
 // NewScript returns a Script for source, computing its digest.

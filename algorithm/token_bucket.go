@@ -8,7 +8,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var tokenBucketScript = NewScript("tb", scripts.TokenBucket())
+var tokenBucketScript = peekable(NewScript("tb", scripts.TokenBucket()))
 
 // TokenBucket returns a token bucket: rate tokens refill per period per,
 // continuously; the bucket holds at most burst; a request of cost n takes n
@@ -94,6 +94,8 @@ type tokenBucketState struct {
 }
 
 func (st *tokenBucketState) FullAt() int64 { return st.tat }
+
+func (st *tokenBucketState) Clone() State { c := *st; return &c }
 
 func (s *tokenBucket) Decide(state State, now time.Time, n int64) (Decision, error) {
 	st, ok := state.(*tokenBucketState)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leanovate/gopter/prop"
 
+	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
 )
@@ -18,7 +19,9 @@ import (
 // Remaining, RetryAfter, ResetAfter — on the same generated timeline over
 // several keys. One timeline in three is unsorted, as instances with skewed
 // clocks deliver it, so the "time never runs backwards" clamps are compared
-// too. A change to one twin that is not made in the other fails here.
+// too. Each request is peeked at (Limiter.Peek) on both before it is
+// decided, and the peeks must agree too. A change to one twin that is not
+// made in the other fails here.
 func TestPropertyTwinAgreement(t *testing.T) {
 	mem := proptest.Memory(t)
 	bs := proptest.Backends(t, "miniredis", "redis")
@@ -40,17 +43,23 @@ func TestPropertyTwinAgreement(t *testing.T) {
 							return "", err
 						}
 						for i, ev := range s.Events() {
-							g, err := goRule.At(ev)
-							if err != nil {
-								return "", err
-							}
-							l, err := lua.At(ev)
-							if err != nil {
-								return "", err
-							}
-							if g != l {
-								return fmt.Sprintf("request %d (%q n=%d at +%v): Go rule %+v, Lua script %+v",
-									i, ev.Key, ev.N, ev.At.Sub(s.Base), g, l), nil
+							// Each request is peeked at, then decided.
+							for _, op := range []struct {
+								what string
+								run  func(*proptest.Rig, proptest.Event) (fleetlimit.Result, error)
+							}{{"peek at", (*proptest.Rig).Peek}, {"decision of", (*proptest.Rig).At}} {
+								g, err := op.run(goRule, ev)
+								if err != nil {
+									return "", err
+								}
+								l, err := op.run(lua, ev)
+								if err != nil {
+									return "", err
+								}
+								if g != l {
+									return fmt.Sprintf("%s request %d (%q n=%d at +%v): Go rule %+v, Lua script %+v",
+										op.what, i, ev.Key, ev.N, ev.At.Sub(s.Base), g, l), nil
+								}
 							}
 						}
 						return "", nil

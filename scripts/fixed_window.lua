@@ -6,6 +6,7 @@
 -- ARGV[2]  n, the cost of this request
 -- ARGV[3]  limit, the most units admitted per window
 -- ARGV[4]  window, in microseconds
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}.
 --
 -- Windows are [i*window, (i+1)*window) since the Unix epoch. The window index
@@ -19,6 +20,7 @@
 -- any new write after a command Redis refuses when full (see
 -- sliding_window_log.lua).
 local key = KEYS[1]
+local peek = ARGV[#ARGV] == 'peek'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
@@ -53,8 +55,10 @@ local window_end = (idx + 1) * window
 -- n <= limit - count, not count + n <= limit: at a limit of 2^53 the sum
 -- can be 2^53 + 1, which a double rounds down to 2^53.
 if n <= limit - count then
-  redis.call('SET', key, string.format('%d:%d', idx, count + n),
-    'PX', math.ceil((window_end - now) / 1000))
+  if not peek then
+    redis.call('SET', key, string.format('%d:%d', idx, count + n),
+      'PX', math.ceil((window_end - now) / 1000))
+  end
   return {1, limit - count - n, 0, window_end - now}
 end
 

@@ -13,8 +13,17 @@
 //	           read the Redis server's TIME (so app-server clocks cannot skew it)
 //	ARGV[2]    n, the cost of this request (an integer >= 1)
 //	ARGV[3..]  the strategy's own parameters (algorithm.Strategy.ScriptArgs)
+//	ARGV[#ARGV]  "peek", appended only for a peek (fleetlimit.Limiter.Peek):
+//	           the script decides exactly as it otherwise would and writes
+//	           nothing (no SET, ZADD, ZREMRANGEBYSCORE or PEXPIRE), so that
+//	           the key's value and TTL are unchanged and the script also runs
+//	           on a read-only replica. No parameter of ours is "peek", so
+//	           without the flag the last argument never reads as one.
 //
 // and returns {allowed (1 or 0), remaining, retry_after_us, reset_after_us}.
+// A script that honours the peek flag says so with algorithm.Script.Peeks;
+// one that does not (a custom strategy's, written before it) is never sent
+// it.
 // All arithmetic is on integers below 2^53, which a Lua number (a double)
 // holds exactly; time is never a float of seconds.
 package scripts

@@ -8,6 +8,7 @@
 -- ARGV[2]  n, the cost of this request
 -- ARGV[3]  limit, the most units the estimate may reach
 -- ARGV[4]  window, in microseconds
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}.
 --
 -- Windows are [i*window, (i+1)*window) since the Unix epoch. e microseconds
@@ -69,6 +70,7 @@ local function field(s)
 end
 
 local key = KEYS[1]
+local peek = ARGV[#ARGV] == 'peek'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
@@ -118,8 +120,10 @@ local room = limit - cur
 if n <= limit and room >= 0 and n <= room - weighted then
   -- The count weighs until the end of the next window: the key is full again
   -- 2*window - e from now, and expires then.
-  redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur + n),
-    'PX', math.ceil((2 * window - e) / 1000))
+  if not peek then
+    redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur + n),
+      'PX', math.ceil((2 * window - e) / 1000))
+  end
   return {1, room - weighted - n, 0, 2 * window - e}
 end
 

@@ -6,6 +6,7 @@
 -- ARGV[2]  n, the cost of this request
 -- ARGV[3]  limit, the most units admitted in any interval of length window
 -- ARGV[4]  window, in microseconds
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}.
 --
 -- A unit admitted at t counts against [t, t+window) and is evicted once
@@ -21,6 +22,7 @@
 -- removes expired units, which Redis allows when full, so it is still
 -- answered exactly.
 local key = KEYS[1]
+local peek = ARGV[#ARGV] == 'peek'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
@@ -59,6 +61,7 @@ local count = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
 -- n <= limit - count, not count + n <= limit: the sum of two doubles can
 -- round (at a limit near 2^53), the difference cannot.
 if n <= limit - count then
+  if peek then return {1, limit - count - n, 0, window} end
   -- Members are "<now mod 2*window>:<seq>". Two live members are less than
   -- one window apart, so different admission times never share a residue,
   -- and the residue keeps members short (memory is spent per unit). Units
@@ -89,8 +92,9 @@ if n <= limit - count then
   return {1, limit - count - n, 0, window}
 end
 
--- Denied.
-redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+-- Denied. The expired units go (except on a peek); the lookups below skip
+-- them either way.
+if not peek then redis.call('ZREMRANGEBYSCORE', key, '-inf', expired) end
 
 -- The key is full again once its newest unit leaves the window.
 local reset = 0
@@ -103,7 +107,7 @@ if n > limit then
 else
   -- The request fits once the oldest count+n-limit units have left.
   local k = count + n - limit - 1
-  local kth = redis.call('ZRANGE', key, k, k, 'WITHSCORES')
+  local kth = redis.call('ZRANGEBYSCORE', key, '(' .. expired, '+inf', 'WITHSCORES', 'LIMIT', k, 1)
   retry = tonumber(kth[2]) + window - now
 end
 -- Remaining is never negative, even when a limiter with a larger limit

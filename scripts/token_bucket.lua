@@ -6,6 +6,7 @@
 -- ARGV[3]  burst, the bucket's capacity in tokens
 -- ARGV[4]  R, units refilled per microsecond
 -- ARGV[5]  P, units per token
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}.
 --
 -- Units: one token is P units and the bucket refills R units per microsecond,
@@ -23,6 +24,7 @@
 -- any new write after a command Redis refuses when full (see
 -- sliding_window_log.lua).
 local key = KEYS[1]
+local peek = ARGV[#ARGV] == 'peek'
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local R = tonumber(ARGV[4])
@@ -70,7 +72,7 @@ if n <= burst and debt + n * P <= C then
   else
     value = string.format('%d:%d', now + d, e)
   end
-  redis.call('SET', key, value, 'PX', math.ceil(d / 1000))
+  if not peek then redis.call('SET', key, value, 'PX', math.ceil(d / 1000)) end
   return {1, math.floor((C - debt) / P), 0, d}
 end
 

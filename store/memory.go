@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -11,7 +13,11 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-var _ Store = (*Memory)(nil)
+var (
+	_ Store    = (*Memory)(nil)
+	_ Resetter = (*Memory)(nil)
+	_ Peeker   = (*Memory)(nil)
+)
 
 // memoryShards is the number of independently locked maps; a power of two.
 const memoryShards = 256
@@ -128,22 +134,28 @@ func monotonicClock() func() time.Time {
 // It never blocks on I/O, so ctx and req.Timeout are not consulted. A time
 // behind the sweep horizon is judged at the horizon (see Sweep).
 func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, error) {
+	return m.decide(req, false)
+}
+
+// Peek runs req.Strategy's Go rule, under the key's shard lock, on a copy
+// of the key's state (algorithm.Cloner), or on a fresh state for a key it
+// does not hold, and drops the copy: the decision Decide would make now,
+// with nothing recorded. The sweep's record of decision times is not moved
+// either.
+func (m *Memory) Peek(_ context.Context, req Request) (algorithm.Decision, error) {
+	return m.decide(req, true)
+}
+
+// decide is Decide, or with peek Peek.
+func (m *Memory) decide(req Request, peek bool) (algorithm.Decision, error) {
 	if m.closed.Load() {
 		return algorithm.Decision{}, ErrClosed
 	}
 	now := req.Now
-	if !now.IsZero() && !m.callerTime.Load() {
+	if !peek && !now.IsZero() && !m.callerTime.Load() {
 		m.callerTime.Store(true)
 	}
-	tag := tagOf(req.Strategy)
-	h := maphash.String(m.seed, req.Key)
-	sh := &m.shards[h&(memoryShards-1)]
-	// Mix the namespace in above the shard bits, so that one user key under
-	// several prefixes or algorithms stays in one shard. Cheaply: an app has
-	// a handful of namespaces, so the few that agree on these bytes share a
-	// chain, told apart by the string comparison below; hashing the whole
-	// prefix on every decision would cost more than it saves.
-	h ^= namespaceBits(req.Prefix, tag) << 32
+	tag, sh, h := m.locate(req)
 
 	sh.mu.Lock()
 	if now.IsZero() {
@@ -161,16 +173,29 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 		now = time.UnixMicro(hz)
 	}
 	e := sh.entries[h]
-	for e != nil && (e.key != req.Key || e.prefix != req.Prefix || e.tag != tag) {
+	for e != nil && !e.is(req, tag) {
 		e = e.next
 	}
 	var st algorithm.State
-	if e != nil {
-		st = e.state
-	} else {
+	switch {
+	case e == nil:
 		st = req.Strategy.NewState()
+	case !peek:
+		st = e.state
+	default:
+		c, ok := e.state.(algorithm.Cloner)
+		if !ok {
+			sh.mu.Unlock()
+			return algorithm.Decision{}, fmt.Errorf("store: %s state %T cannot be copied for a peek: %w: %w",
+				req.Strategy.Name(), e.state, ErrRejected, errors.ErrUnsupported)
+		}
+		st = c.Clone()
 	}
 	d, err := req.Strategy.Decide(st, now, req.N)
+	if peek {
+		sh.mu.Unlock()
+		return d, err
+	}
 	if err == nil && e == nil && d.Allowed {
 		// A denied request on a fresh key records nothing.
 		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}
@@ -181,6 +206,55 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	}
 	sh.mu.Unlock()
 	return d, err
+}
+
+// locate returns req's algorithm tag, the shard that holds req.Key, and the
+// key's hash within it.
+func (m *Memory) locate(req Request) (tag string, sh *memoryShard, h uint64) {
+	tag = tagOf(req.Strategy)
+	h = maphash.String(m.seed, req.Key)
+	sh = &m.shards[h&(memoryShards-1)]
+	// Mix the namespace in above the shard bits, so that one user key under
+	// several prefixes or algorithms stays in one shard. Cheaply: an app has
+	// a handful of namespaces, so the few that agree on these bytes share a
+	// chain, told apart by the string comparison in memoryEntry.is; hashing
+	// the whole prefix on every decision would cost more than it saves.
+	h ^= namespaceBits(req.Prefix, tag) << 32
+	return tag, sh, h
+}
+
+// is reports whether e holds the state of req's key under tag.
+func (e *memoryEntry) is(req Request, tag string) bool {
+	return e.key == req.Key && e.prefix == req.Prefix && e.tag == tag
+}
+
+// Reset drops req.Key's state for req.Strategy's algorithm under its shard
+// lock: the next decision on it sees a fresh key. It never blocks on I/O, so
+// ctx and req.Timeout are not consulted.
+func (m *Memory) Reset(_ context.Context, req Request) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	tag, sh, h := m.locate(req)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var prev *memoryEntry
+	for e := sh.entries[h]; e != nil; prev, e = e, e.next {
+		if !e.is(req, tag) {
+			continue
+		}
+		switch {
+		case prev != nil:
+			prev.next = e.next
+		case e.next != nil:
+			sh.entries[h] = e.next
+		default:
+			delete(sh.entries, h)
+		}
+		sh.n--
+		return nil
+	}
+	return nil
 }
 
 // tagOf is the strategy's script tag, or its name if it has no script (a

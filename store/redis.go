@@ -15,7 +15,11 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-var _ Store = (*Redis)(nil)
+var (
+	_ Store    = (*Redis)(nil)
+	_ Resetter = (*Redis)(nil)
+	_ Peeker   = (*Redis)(nil)
+)
 
 // Redis is a store shared by every process that points at the same Redis:
 // each decision is one EVALSHA of the strategy's Lua twin, which reads and
@@ -140,6 +144,19 @@ func honoursDeadlines(client redis.UniversalClient) (bool, error) {
 // Decide runs the strategy's script on its key with one EVALSHA (EVAL when the
 // script is not cached), bounded by req.Timeout and ctx.
 func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, error) {
+	return r.decide(ctx, req, false)
+}
+
+// Peek runs the strategy's script as Decide does, with the calling
+// convention's peek flag: the script decides and writes nothing, so the
+// key's value and TTL are unchanged, and it runs on a read-only replica
+// too. It refuses a script that does not set algorithm.Script.Peeks.
+func (r *Redis) Peek(ctx context.Context, req Request) (algorithm.Decision, error) {
+	return r.decide(ctx, req, true)
+}
+
+// decide is Decide, or with peek Peek.
+func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.Decision, error) {
 	if r.closed.Load() {
 		return algorithm.Decision{}, ErrClosed
 	}
@@ -147,9 +164,12 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 	if script == nil {
 		return algorithm.Decision{}, fmt.Errorf("store: strategy %s has no Lua script: %w", req.Strategy.Name(), algorithm.ErrInvalidStrategy)
 	}
+	if peek && !script.Peeks {
+		return algorithm.Decision{}, fmt.Errorf("store: the script of strategy %s does not honour the peek flag: %w: %w", req.Strategy.Name(), ErrRejected, errors.ErrUnsupported)
+	}
 	keys := []string{RedisKey(req.Prefix, req.Key, script.Tag)}
 	static := req.Strategy.ScriptArgs()
-	args := make([]any, 2, 2+len(static))
+	args := make([]any, 2, 3+len(static))
 	if !req.Now.IsZero() {
 		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
 	} else {
@@ -157,6 +177,9 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 	}
 	args[1] = req.N
 	args = append(args, static...)
+	if peek {
+		args = append(args, "peek")
+	}
 
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -171,25 +194,62 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 	case r.bounded:
 		reply, err = r.run(ctx, script, keys, args)
 	default:
-		reply, err = r.runAbandonable(ctx, script, keys, args)
+		reply, err = abandonable(ctx, func(ctx context.Context) (any, error) { return r.run(ctx, script, keys, args) })
 	}
 	if err != nil {
-		if ctxErr := contextErr(ctx); ctxErr != nil {
-			if !errors.Is(err, ctxErr) {
-				// go-redis reports a deadline that struck inside a socket
-				// read as the socket's i/o timeout; say which deadline it was.
-				err = fmt.Errorf("%w: %w", ctxErr, err)
-			}
-			if r.client.PoolStats().TotalConns == 0 {
-				// go-redis retries a failing dial until the deadline, which
-				// then hides the cause: say what is known.
-				err = fmt.Errorf("%w (no connection to Redis is open: wrong address or server down? Redis.Ping names the cause)", err)
-			}
-		}
-		return algorithm.Decision{}, redisError(keys[0], err)
+		return algorithm.Decision{}, r.failed(ctx, keys[0], err)
 	}
 	r.noteRouted()
 	return parseReply(reply, req.Strategy.Limit())
+}
+
+// failed is the error of a call on key that failed with err: err classed by
+// redisError, and named as the deadline's when ctx is done.
+func (r *Redis) failed(ctx context.Context, key string, err error) error {
+	if ctxErr := contextErr(ctx); ctxErr != nil {
+		if !errors.Is(err, ctxErr) {
+			// go-redis reports a deadline that struck inside a socket
+			// read as the socket's i/o timeout; say which deadline it was.
+			err = fmt.Errorf("%w: %w", ctxErr, err)
+		}
+		if r.client.PoolStats().TotalConns == 0 {
+			// go-redis retries a failing dial until the deadline, which
+			// then hides the cause: say what is known.
+			err = fmt.Errorf("%w (no connection to Redis is open: wrong address or server down? Redis.Ping names the cause)", err)
+		}
+	}
+	return redisError(key, err)
+}
+
+// Reset deletes the key that holds req.Key's state for req.Strategy's
+// algorithm (RedisKey(req.Prefix, req.Key, tag)) with one DEL, which Redis
+// applies atomically between scripts. It is bounded by req.Timeout and ctx,
+// as Decide is, and is never pipelined.
+func (r *Redis) Reset(ctx context.Context, req Request) error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	script := req.Strategy.Script()
+	if script == nil {
+		return fmt.Errorf("store: strategy %s has no Lua script: %w", req.Strategy.Name(), algorithm.ErrInvalidStrategy)
+	}
+	key := RedisKey(req.Prefix, req.Key, script.Tag)
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	del := func(ctx context.Context) (any, error) { return r.client.Del(ctx, key).Result() }
+	var err error
+	if r.bounded {
+		_, err = del(ctx)
+	} else {
+		_, err = abandonable(ctx, del)
+	}
+	if err != nil {
+		return r.failed(ctx, key, err)
+	}
+	return nil
 }
 
 // contextErr is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
@@ -214,17 +274,17 @@ func (r *Redis) run(ctx context.Context, s *algorithm.Script, keys []string, arg
 	return r.client.Eval(ctx, s.Source, keys, args...).Result()
 }
 
-// runAbandonable runs the call on a goroutine so that ctx can end the wait
-// even when the client ignores deadlines. The goroutine finishes on its own
-// when the client gives up.
-func (r *Redis) runAbandonable(ctx context.Context, s *algorithm.Script, keys []string, args []any) (any, error) {
+// abandonable runs call on a goroutine so that ctx can end the wait even
+// when the client ignores deadlines. The goroutine finishes on its own when
+// the client gives up.
+func abandonable(ctx context.Context, call func(context.Context) (any, error)) (any, error) {
 	type result struct {
 		reply any
 		err   error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		reply, err := r.run(ctx, s, keys, args)
+		reply, err := call(ctx)
 		ch <- result{reply, err}
 	}()
 	select {

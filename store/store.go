@@ -23,6 +23,31 @@ type Store interface {
 	Close() error
 }
 
+// Resetter is implemented by stores that can put a key back at full
+// capacity: Memory and Redis. fleetlimit.Limiter.Reset needs it.
+type Resetter interface {
+	// Reset removes the state of req.Key under req.Prefix for req.Strategy's
+	// algorithm (its Script.Tag), atomically: a decision made after Reset
+	// returns sees a fresh key, and one made concurrently sees the state
+	// either before or after it, never part of it. The key's state for other
+	// algorithms, prefixes and keys is untouched. req.N and req.Now are
+	// ignored. Resetting a key that holds nothing succeeds. Errors are
+	// classed as Decide's are.
+	Reset(ctx context.Context, req Request) error
+}
+
+// Peeker is implemented by stores that can tell what a decision would be
+// without making it: Memory and Redis. fleetlimit.Limiter.Peek needs it.
+type Peeker interface {
+	// Peek returns exactly what Decide(ctx, req) would return at this
+	// moment, and changes nothing: the key's state (and in Redis its value
+	// and TTL) is as before. It is atomic as Decide is. A strategy that
+	// cannot be peeked (its State is not an algorithm.Cloner, or its
+	// Script does not set Peeks) gets an error wrapping ErrRejected and
+	// errors.ErrUnsupported. Errors are otherwise classed as Decide's are.
+	Peek(ctx context.Context, req Request) (algorithm.Decision, error)
+}
+
 // Request is one decision to make. Callers (fleetlimit.Limiter) validate it:
 // a non-empty Key of at most MaxKeyLen bytes, 1 <= N <= algorithm.MaxInt, a
 // valid Strategy, and a Prefix without braces.

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -19,7 +21,9 @@ type Backend struct {
 	// that every key's TTL stays near or above a second (see Grain).
 	Real  bool
 	Store store.Store
-	Cases int // property cases per strategy
+	// Client is the Redis client under Store; nil for memory.
+	Client redis.UniversalClient
+	Cases  int // property cases per strategy
 }
 
 // Case counts per property and strategy: hundreds on every store.
@@ -28,11 +32,15 @@ const (
 	memoryCases = 300
 	miniCases   = 200
 	realCases   = 200
+	// clusterCases is fewer: three servers on a loaded machine, each case
+	// a round trip per request through the cluster client.
+	clusterCases = 100
 )
 
 // Backends returns the stores to run on: "memory", "miniredis", "redis"
 // (the real server that ./test.sh starts), all three when none is named —
-// the real one only when the environment names it (redistest.HaveReal).
+// the real one only when the environment names it (redistest.HaveReal) —
+// and, only when named, "cluster" (the real 3-master Redis Cluster).
 func Backends(t *testing.T, names ...string) []Backend {
 	t.Helper()
 	if len(names) == 0 {
@@ -48,10 +56,13 @@ func Backends(t *testing.T, names ...string) []Backend {
 			bs = append(bs, Backend{Name: name, Store: Memory(t), Cases: memoryCases})
 		case "miniredis":
 			_, c := redistest.Mini(t)
-			bs = append(bs, Backend{Name: name, Store: stores.Redis(t, c), Cases: miniCases})
+			bs = append(bs, Backend{Name: name, Store: stores.Redis(t, c), Client: c, Cases: miniCases})
 		case "redis":
 			c := redistest.Real(t)
-			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Cases: realCases})
+			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: realCases})
+		case "cluster":
+			c := redistest.Cluster(t)
+			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: clusterCases})
 		default:
 			t.Fatalf("unknown backend %q", name)
 		}

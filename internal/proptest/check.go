@@ -138,3 +138,21 @@ func CheckOnBackends(t *testing.T, bs []Backend, newStrat func(Backend, *rand.Ra
 		})
 	}
 }
+
+// CheckEntries checks, for every algorithm in the registry and every
+// backend (one subtest each, named after them), that check finds nothing
+// wrong (returns "") in generated sorted scenarios of the registry's
+// strategies (EntryCase) on that backend.
+func CheckEntries(t *testing.T, bs []Backend, check func(Backend, Scenario) (string, error)) {
+	t.Helper()
+	for _, e := range RegistryEntries(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			for _, b := range bs {
+				t.Run(b.Name, func(t *testing.T) {
+					g := ScenarioGen(b, func(r *rand.Rand) StratCase { return EntryCase(e, b, r) }, false)
+					Check(t, b.Cases, prop.ForAll(func(s Scenario) (string, error) { return check(b, s) }, g))
+				})
+			}
+		})
+	}
+}

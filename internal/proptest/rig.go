@@ -36,14 +36,33 @@ func NewRig(st store.Store, s algorithm.Strategy) (*Rig, error) {
 	return &Rig{lim: lim, clock: c}, nil
 }
 
+// Peek peeks at ev's decision at its time (Limiter.Peek).
+func (r *Rig) Peek(ev Event) (fleetlimit.Result, error) { return r.call(ev, "peek", r.lim.Peek) }
+
+// RedisKey is the Redis key that holds key's state for the rig.
+func (r *Rig) RedisKey(key string) string {
+	return store.RedisKey(r.lim.KeyPrefix(), key, r.lim.Strategy().Script().Tag)
+}
+
 // At decides ev at its time.
-func (r *Rig) At(ev Event) (fleetlimit.Result, error) {
+func (r *Rig) At(ev Event) (fleetlimit.Result, error) { return r.call(ev, "decide", r.lim.AllowN) }
+
+// call sets the clock to ev's time and applies op (what it is) to ev.
+func (r *Rig) call(ev Event, what string, op func(context.Context, string, int64) (fleetlimit.Result, error)) (fleetlimit.Result, error) {
 	r.clock.Set(ev.At)
-	res, err := r.lim.AllowN(context.Background(), ev.Key, ev.N)
+	res, err := op(context.Background(), ev.Key, ev.N)
 	if err != nil {
-		return res, fmt.Errorf("%s %q n=%d: %w", ev.At.Format(time.RFC3339Nano), ev.Key, ev.N, err)
+		return res, fmt.Errorf("%s %s %q n=%d: %w", what, ev.At.Format(time.RFC3339Nano), ev.Key, ev.N, err)
 	}
 	return res, nil
+}
+
+// Reset resets key at the rig's current time (Limiter.Reset).
+func (r *Rig) Reset(key string) error {
+	if err := r.lim.Reset(context.Background(), key); err != nil {
+		return fmt.Errorf("reset %q at %s: %w", key, r.clock.Now().Format(time.RFC3339Nano), err)
+	}
+	return nil
 }
 
 // Outcome is a decided event.

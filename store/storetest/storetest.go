@@ -43,6 +43,7 @@ func Run(t *testing.T, open Open) {
 		{"Isolation", testIsolation},
 		{"OddKeys", testOddKeys},
 		{"Concurrent", testConcurrent},
+		{"Reset", testReset},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {
@@ -285,10 +286,50 @@ func testConcurrent(t *testing.T, s store.Store) {
 	}
 }
 
-// testClose: Close succeeds once, then reports ErrClosed, as does Decide.
+// testReset, for a store.Resetter: after Reset, for every registered
+// algorithm, the next decision on the key equals a fresh key's; the same key
+// under another prefix or another algorithm keeps its state, as does
+// another key; resetting a key that holds nothing succeeds.
+func testReset(t *testing.T, s store.Store) {
+	rs, ok := s.(store.Resetter)
+	if !ok {
+		t.Skipf("%T does not implement store.Resetter", s)
+	}
+	ctx := context.Background()
+	es := algorithm.Registry()
+	for i, e := range es {
+		strat := e.New(3, time.Minute)
+		next := es[(i+1)%len(es)].New(3, time.Minute)
+		p, other := prefix(), prefix()
+		fresh := decide(t, s, store.Request{Strategy: strat, Prefix: prefix(), Key: "k", N: 2, Now: T0})
+		spent := []store.Request{
+			{Strategy: strat, Prefix: p, Key: "other"},
+			{Strategy: strat, Prefix: other, Key: "k"},
+			{Strategy: next, Prefix: p, Key: "k"},
+		}
+		for _, r := range append(spent, store.Request{Strategy: strat, Prefix: p, Key: "k"}) {
+			r.N, r.Now = 3, T0
+			isTrue(t, decide(t, s, r).Allowed, "%s: spend %s %s %s", e.Name, r.Strategy.Name(), r.Prefix, r.Key)
+		}
+		noError(t, rs.Reset(ctx, store.Request{Strategy: strat, Prefix: p, Key: "k"}), e.Name)
+		equal(t, fresh, decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "k", N: 2, Now: T0}), "%s: after Reset, a fresh key's decision", e.Name)
+		for _, r := range spent {
+			r.N, r.Now = 1, T0
+			isTrue(t, !decide(t, s, r).Allowed, "%s: Reset also reset %s %s %s", e.Name, r.Strategy.Name(), r.Prefix, r.Key)
+		}
+		noError(t, rs.Reset(ctx, store.Request{Strategy: strat, Prefix: prefix(), Key: "never"}), "%s: a key that holds nothing", e.Name)
+	}
+}
+
+// testClose: Close succeeds once, then reports ErrClosed, as do Decide and
+// Reset.
 func testClose(t *testing.T, s store.Store) {
 	noError(t, s.Close())
 	isTrue(t, errors.Is(s.Close(), store.ErrClosed))
 	_, err := s.Decide(context.Background(), store.Request{Strategy: algorithm.SlidingWindowLog(1, time.Minute), Prefix: prefix(), Key: "k", N: 1, Now: T0})
 	isTrue(t, errors.Is(err, store.ErrClosed), "%v", err)
+	if rs, ok := s.(store.Resetter); ok {
+		err = rs.Reset(context.Background(), store.Request{Strategy: algorithm.SlidingWindowLog(1, time.Minute), Prefix: prefix(), Key: "k"})
+		isTrue(t, errors.Is(err, store.ErrClosed), "Reset after Close: %v", err)
+	}
 }
