@@ -32,13 +32,13 @@ var errProbeRunning = fmt.Errorf("breaker probe still waiting for the store: %w"
 // Breaker defaults (see BreakerConfig).
 const (
 	DefaultMinFailures   = 5
-	DefaultFailureRatio  = 0.5
+	defaultFailureRatio  = 0.5
 	DefaultMinOutage     = 500 * time.Millisecond
-	DefaultForgetAfter   = 10 * time.Second
-	DefaultProbeTimeout  = time.Second
+	defaultForgetAfter   = 10 * time.Second
+	defaultProbeTimeout  = time.Second
 	DefaultCoolDown      = 100 * time.Millisecond
 	DefaultMaxCoolDown   = time.Second
-	DefaultBreakerJitter = 0.2
+	defaultBreakerJitter = 0.2
 )
 
 // BreakerConfig configures NewBreaker. The zero value is the default breaker.
@@ -53,7 +53,7 @@ type BreakerConfig struct {
 	// FailureRatio is the share of a run's round trips (failures and
 	// answers) that must be failures, in (0, 1]. An answer that brings the
 	// share below it ends the run: the store is serving. Default (0):
-	// DefaultFailureRatio, 0.5: a store that answers most decisions in time
+	// 0.5: a store that answers most decisions in time
 	// keeps deciding them, and one that fails most is cut off.
 	FailureRatio float64
 	// MinOutage is how long a run must last, from its first failure to its
@@ -71,7 +71,7 @@ type BreakerConfig struct {
 	MinOutage time.Duration
 	// ForgetAfter ends a run that has had no failure for this long: a
 	// failure after a longer quiet starts a new run. Default (0):
-	// DefaultForgetAfter, 10s: a service making a decision every few seconds
+	// 10s: a service making a decision every few seconds
 	// still gathers evidence of a dead store; failures of unrelated
 	// incidents are not added up.
 	ForgetAfter time.Duration
@@ -81,7 +81,7 @@ type BreakerConfig struct {
 	// connection pool, a script cache to reload, a busy host) answers a probe
 	// and closes the circuit. The caller whose decision probes still waits
 	// at most the limiter's timeout: a longer probe carries on by itself.
-	// Default (0): DefaultProbeTimeout, 1s.
+	// Default (0): 1s.
 	ProbeTimeout time.Duration
 	// CoolDown is how long a circuit stays open before its first probe.
 	// Each failed probe doubles it, up to MaxCoolDown; closing resets it.
@@ -96,7 +96,7 @@ type BreakerConfig struct {
 	// that the instances of a fleet, which all saw Redis fail at the same
 	// moment, do not all probe it at the same moment. Cool-downs are never
 	// lengthened: a test that advances the clock by the nominal cool-down
-	// always finds it over. Default (0): DefaultBreakerJitter, 0.2. It must
+	// always finds it over. Default (0): 0.2. It must
 	// be below 1.
 	Jitter float64
 	// Clock reads the time for runs and cool-downs. Default: time.Now.
@@ -219,13 +219,13 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	}
 	b := &Breaker{
 		minFailures:  DefaultMinFailures,
-		ratio:        DefaultFailureRatio,
+		ratio:        defaultFailureRatio,
 		minOutage:    DefaultMinOutage,
-		forget:       DefaultForgetAfter,
-		probeTimeout: DefaultProbeTimeout,
+		forget:       defaultForgetAfter,
+		probeTimeout: defaultProbeTimeout,
 		base:         DefaultCoolDown,
 		cap:          DefaultMaxCoolDown,
-		jitter:       DefaultBreakerJitter,
+		jitter:       defaultBreakerJitter,
 		clock:        time.Now,
 		logger:       cfg.Logger,
 	}
