@@ -75,6 +75,12 @@ const (
 	// K times the limit with K instances, never an unbounded flood, and a
 	// client who stays under the limit is not refused. The Result is the
 	// local decision's, with its real Remaining. This is the default.
+	//
+	// The shared default store sweeps by the latest time its callers pass
+	// (see store.Memory): limiters on virtual clocks (WithClock) that run
+	// behind one another are judged at the latest. Tests of outages on a
+	// virtual clock should give their own store, e.g.
+	// WithFallback(store.NewMemory(store.WithMemoryClock(clock)), 1).
 	FailLocal FailurePolicy = iota
 	// FailOpen admits the request, without any bound: a store outage costs
 	// protection, not availability. The Result has Allowed true, Limit set,

@@ -203,14 +203,21 @@ func TestFailurePolicy(t *testing.T) {
 		local, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithTimeout(50*time.Millisecond),
 			fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithClock(fixedClock(proptest.Epoch)))
 		require.NoError(t, err)
+		// The default local store is shared by the process's limiters, and
+		// other tests' virtual clocks may have moved its sweep horizon past
+		// this one's: then it judges at the horizon, so the waits are not
+		// compared here (see FailLocal).
 		for i, want := range []fleetlimit.Result{
-			{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: time.Hour},
-			{Allowed: true, Limit: 10, Remaining: 4, ResetAfter: time.Hour},
-			{Allowed: true, Limit: 10, Remaining: 1, ResetAfter: time.Hour},
-			{Limit: 10, Remaining: 1, RetryAfter: time.Hour, ResetAfter: time.Hour},
+			{Allowed: true, Limit: 10, Remaining: 7},
+			{Allowed: true, Limit: 10, Remaining: 4},
+			{Allowed: true, Limit: 10, Remaining: 1},
+			{Limit: 10, Remaining: 1},
 		} {
 			res, err := local.AllowN(bg, "u", 3)
 			require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, name)
+			require.Equal(t, !want.Allowed, res.RetryAfter > 0, "%s call %d", name, i)
+			require.Positive(t, res.ResetAfter, "%s call %d", name, i)
+			res.RetryAfter, res.ResetAfter = 0, 0
 			require.Equal(t, want, res, "%s call %d: fail-local (the default) keeps the limit in process", name, i)
 		}
 
