@@ -322,15 +322,28 @@ func TestBreakerClusterMasterKilled(t *testing.T) {
 	l := newLimiter(t, algorithm.FixedWindow(limit, time.Hour), redisStore(t, c),
 		fleetlimit.WithTimeout(fleetlimit.DefaultTimeout), fleetlimit.WithClock(fixedClock(t0)))
 
-	// Six keys per master; the victim is the first master.
+	// Six keys per master; the victim is the first master. Owners come
+	// from the servers' own slot table (CLUSTER SLOTS, CLUSTER KEYSLOT),
+	// not from the client's cached view, which may lag just after start-up.
+	slots, err := nodes[1].Client().ClusterSlots(bg).Result()
+	require.NoError(t, err)
+	ownerOf := func(k string) string {
+		slot, err := nodes[1].Client().ClusterKeySlot(bg, k).Result() // the hash tag is the user key
+		require.NoError(t, err)
+		for _, s := range slots {
+			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
+				return s.Nodes[0].Addr
+			}
+		}
+		t.Fatalf("no master owns the slot of %q", k)
+		return ""
+	}
 	owner := map[string]string{}
 	perNode := map[string]int{}
 	var keys []string
 	for i := 0; len(keys) < 6*len(nodes); i++ {
 		k := fmt.Sprint("user:", i)
-		m, err := c.MasterForKey(bg, k) // the hash tag is the user key
-		require.NoError(t, err)
-		a := m.Options().Addr
+		a := ownerOf(k)
 		if perNode[a] < 6 {
 			perNode[a]++
 			owner[k] = a
