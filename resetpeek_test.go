@@ -19,10 +19,10 @@ import (
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
-// keyOpBackends are the stores the key operations' properties run on: memory,
+// resetPeekBackends are the stores the key operations' properties run on: memory,
 // miniredis and, under ./test.sh, the real redis-server and the real
 // 3-master Redis Cluster.
-func keyOpBackends(t *testing.T) []proptest.Backend {
+func resetPeekBackends(t *testing.T) []proptest.Backend {
 	names := []string{"memory", "miniredis"}
 	if redistest.HaveReal(t) {
 		names = append(names, "redis", "cluster")
@@ -37,7 +37,7 @@ func keyOpBackends(t *testing.T) []proptest.Backend {
 // requests), and every other key's equal those of the same timeline without
 // the reset.
 func TestPropertyReset(t *testing.T) {
-	proptest.CheckEntries(t, keyOpBackends(t), func(b proptest.Backend, s proptest.Scenario) (string, error) {
+	proptest.CheckEntries(t, resetPeekBackends(t), func(b proptest.Backend, s proptest.Scenario) (string, error) {
 		return checkReset(b.Store, s)
 	})
 }
@@ -223,7 +223,7 @@ func TestResetFallback(t *testing.T) {
 // the peek (the TTL only runs down); and the decisions equal those of the
 // same timeline decided without peeks.
 func TestPropertyPeek(t *testing.T) {
-	proptest.CheckEntries(t, keyOpBackends(t), func(b proptest.Backend, s proptest.Scenario) (string, error) {
+	proptest.CheckEntries(t, resetPeekBackends(t), func(b proptest.Backend, s proptest.Scenario) (string, error) {
 		return checkPeek(b, s)
 	})
 }
