@@ -496,7 +496,7 @@ func TestBreakerProbeOutlastsTheTimeout(t *testing.T) {
 	clk := fakeclock.New(proptest.Epoch)
 	b := newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1, Clock: clk.Now, Logger: slog.New(slog.DiscardHandler)})
 	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st,
-		fleetlimit.WithBreaker(b), fleetlimit.WithTimeout(50*time.Millisecond))
+		fleetlimit.WithBreaker(b), fleetlimit.WithTimeout(50*time.Millisecond), fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
 	require.NoError(t, err)
 	st.hold()
 	_, err = l.Allow(bg, "u")
