@@ -61,6 +61,55 @@ type Result struct {
 	// further traffic (0: it already is). For a sliding log admitted just now
 	// it is the window.
 	ResetAfter time.Duration
+
+	limits *[]LimitResult // see Limits; a pointer keeps Result comparable
+}
+
+// Limits returns each member's figures, in order, when the limiter's
+// strategy is a composite (algorithm.All), and nil otherwise. The Result's
+// own Allowed, Limit, Remaining, RetryAfter and ResetAfter are the
+// composite's (see algorithm.All for how they combine the members'). The
+// slice must not be modified. A composite's Results compare equal (==) only
+// to their copies.
+func (r Result) Limits() []LimitResult {
+	if r.limits == nil {
+		return nil
+	}
+	return *r.limits
+}
+
+// LimitResult is one member's figures in a composite decision.
+type LimitResult struct {
+	// Name is the member strategy's name, e.g. "token_bucket".
+	Name string
+	// Limit and Window are the member's (algorithm.Strategy Limit, Window).
+	Limit  int64
+	Window time.Duration
+	// Remaining, RetryAfter and ResetAfter are as in Result, for this
+	// member alone. A member that would have admitted a denied request
+	// shows its figures uncharged, with RetryAfter 0.
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+}
+
+// resultOf is the Result of s's decision d.
+func resultOf(s algorithm.Strategy, d algorithm.Decision) Result {
+	r := Result{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
+	ds := d.Members()
+	if len(ds) == 0 {
+		return r
+	}
+	c, ok := s.(algorithm.Composite)
+	if !ok || len(c.Members()) != len(ds) {
+		return r
+	}
+	limits := make([]LimitResult, len(ds))
+	for i, m := range c.Members() {
+		limits[i] = LimitResult{Name: m.Name(), Limit: m.Limit(), Window: m.Window(), Remaining: ds[i].Remaining, RetryAfter: ds[i].RetryAfter, ResetAfter: ds[i].ResetAfter}
+	}
+	r.limits = &limits
+	return r
 }
 
 // FailurePolicy decides a request when the store cannot. The zero value is
@@ -318,7 +367,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(key, err)
 	}
-	return Result(d), outcome(DecidedByStore), nil
+	return resultOf(req.Strategy, d), outcome(DecidedByStore), nil
 }
 
 // callerGone is the decision for a caller whose context is done: denied,
@@ -379,7 +428,7 @@ func (l *Limiter) degraded(ctx context.Context, req store.Request, err error, ci
 		req.Strategy = fb.strategy
 		d, ferr := fb.store.Decide(ctx, req)
 		if ferr == nil {
-			return Result(d), decidedBy(DecidedByFallback, circuitOpen), err
+			return resultOf(req.Strategy, d), decidedBy(DecidedByFallback, circuitOpen), err
 		}
 		err = fmt.Errorf("%w (and the fallback failed: %w)", err, ferr)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
 // Response header fields the middleware writes. net/http sends them in its
@@ -42,6 +43,35 @@ type headerValues struct {
 	limit  string // X-RateLimit-Limit
 	policy string // RateLimit-Policy: "name";q=100;w=60
 	item   string // the start of RateLimit: "name";r=
+	// members are a composite's (algorithm.All), one per member, named
+	// "name.member" (and ".i" after a member name that repeats); nil for a
+	// single strategy.
+	members []headerValues
+}
+
+// newLimiterHeaderValues builds the static header values of l: one policy
+// for a single strategy, one per member for a composite.
+func newLimiterHeaderValues(l *fleetlimit.Limiter) headerValues {
+	s := l.Strategy()
+	hv := newHeaderValues(l.Name(), s.Limit(), s.Window())
+	c, ok := s.(algorithm.Composite)
+	if !ok {
+		return hv
+	}
+	seen := map[string]int{}
+	for _, m := range c.Members() {
+		seen[m.Name()]++
+	}
+	repeats := map[string]int{}
+	for _, m := range c.Members() {
+		name := l.Name() + "." + m.Name()
+		if seen[m.Name()] > 1 {
+			name += "." + strconv.Itoa(repeats[m.Name()])
+			repeats[m.Name()]++
+		}
+		hv.members = append(hv.members, newHeaderValues(name, m.Limit(), m.Window()))
+	}
+	return hv
 }
 
 // newHeaderValues builds the static header values of a limiter named name
@@ -97,10 +127,18 @@ func sfString(s string) string {
 // their member to RateLimit-Policy and RateLimit, which the draft defines
 // as lists; X-RateLimit-* hold one limit, so they keep the tightest: the one
 // with the least Remaining.
+//
+// A composite limiter (algorithm.All) lists every member in
+// RateLimit-Policy and reports its tightest member (Result.Limit and
+// Remaining are that member's) in RateLimit and X-RateLimit-*.
 func (hv *headerValues) setLimitHeaders(h http.Header, res fleetlimit.Result, draft, retry bool) {
 	reset := ceilSeconds(res.ResetAfter)
+	limit, item := hv.limit, hv.item
+	if tight := hv.tightest(res); tight != nil {
+		limit, item = strconv.FormatInt(res.Limit, 10), tight.item
+	}
 	if tighter(h, res.Remaining) {
-		h.Set(HeaderRateLimitLimit, hv.limit)
+		h.Set(HeaderRateLimitLimit, limit)
 		h.Set(HeaderRateLimitRemaining, strconv.FormatInt(res.Remaining, 10))
 		h.Set(HeaderRateLimitReset, strconv.FormatInt(reset, 10))
 	}
@@ -110,9 +148,37 @@ func (hv *headerValues) setLimitHeaders(h http.Header, res fleetlimit.Result, dr
 		h.Set(HeaderRetryAfter, strconv.FormatInt(t, 10))
 	}
 	if draft {
-		h.Add(HeaderRateLimitPolicy, hv.policy)
-		h.Add(HeaderRateLimit, hv.item+strconv.FormatInt(res.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+		hv.addPolicies(h)
+		h.Add(HeaderRateLimit, item+strconv.FormatInt(res.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
 	}
+}
+
+// addPolicies adds the limiter's policies (every member's, for a composite)
+// to RateLimit-Policy.
+func (hv *headerValues) addPolicies(h http.Header) {
+	if len(hv.members) == 0 {
+		h.Add(HeaderRateLimitPolicy, hv.policy)
+		return
+	}
+	for _, m := range hv.members {
+		h.Add(HeaderRateLimitPolicy, m.policy)
+	}
+}
+
+// tightest returns the header values of the member whose figures res
+// reports (the first with its Limit and Remaining), or nil for a single
+// strategy.
+func (hv *headerValues) tightest(res fleetlimit.Result) *headerValues {
+	limits := res.Limits()
+	if len(hv.members) == 0 || len(limits) != len(hv.members) {
+		return nil
+	}
+	for i, l := range limits {
+		if l.Limit == res.Limit && l.Remaining == res.Remaining {
+			return &hv.members[i]
+		}
+	}
+	return nil
 }
 
 // tighter reports whether remaining is less than the X-RateLimit-Remaining
@@ -135,6 +201,6 @@ func (hv *headerValues) setDegradedHeaders(h http.Header, draft bool) {
 		h.Set(HeaderRateLimitLimit, hv.limit)
 	}
 	if draft {
-		h.Add(HeaderRateLimitPolicy, hv.policy)
+		hv.addPolicies(h)
 	}
 }

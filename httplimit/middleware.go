@@ -93,8 +93,7 @@ func NewMiddleware(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (func(htt
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: httplimit: %w", fleetlimit.ErrInvalidConfig, errors.Join(errs...))
 	}
-	s := l.Strategy()
-	m.hv = newHeaderValues(l.Name(), s.Limit(), s.Window())
+	m.hv = newLimiterHeaderValues(l)
 	return m.wrap, nil
 }
 

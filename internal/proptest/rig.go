@@ -39,9 +39,19 @@ func NewRig(st store.Store, s algorithm.Strategy) (*Rig, error) {
 // Peek peeks at ev's decision at its time (Limiter.Peek).
 func (r *Rig) Peek(ev Event) (fleetlimit.Result, error) { return r.call(ev, "peek", r.lim.Peek) }
 
-// RedisKey is the Redis key that holds key's state for the rig.
-func (r *Rig) RedisKey(key string) string {
-	return store.RedisKey(r.lim.KeyPrefix(), key, r.lim.Strategy().Script().Tag)
+// RedisKeys are the Redis keys that hold key's state for the rig: one, or
+// one per member of a composite.
+func (r *Rig) RedisKeys(key string) []string {
+	sc := r.lim.Strategy().Script()
+	suffixes := sc.Keys
+	if len(suffixes) == 0 {
+		suffixes = []string{sc.Tag}
+	}
+	keys := make([]string, len(suffixes))
+	for i, s := range suffixes {
+		keys[i] = store.RedisKey(r.lim.KeyPrefix(), key, s)
+	}
+	return keys
 }
 
 // At decides ev at its time.
