@@ -329,6 +329,11 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(key, err)
 	}
+	if l.cfg.strategyFor != nil {
+		if req.Strategy, err = l.strategyFor(ctx, key); err != nil {
+			return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
+		}
+	}
 	// The breaker's closed path is written out here rather than called: the
 	// key's circuit, then two atomic loads and no clock (see Breaker).
 	var c *circuit
@@ -425,7 +430,7 @@ func checkKey(key string) error {
 // the policy; err (wrapping ErrStoreUnavailable) is returned either way.
 func (l *Limiter) degraded(ctx context.Context, req store.Request, err error, circuitOpen bool) (Result, outcome, error) {
 	if fb := l.fallback; fb != nil {
-		req.Strategy = fb.strategy
+		req.Strategy = fb.strategyFor(req.Strategy, l.cfg.strategyFor != nil)
 		d, ferr := fb.store.Decide(ctx, req)
 		if ferr == nil {
 			return resultOf(req.Strategy, d), decidedBy(DecidedByFallback, circuitOpen), err
@@ -463,6 +468,7 @@ type config struct {
 	observer          Observer
 	fallbackStore     store.Store
 	fallbackInstances int64
+	strategyFor       func(context.Context, string) (algorithm.Strategy, error)
 
 	errs []error
 }

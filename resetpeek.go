@@ -96,7 +96,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	if fb := l.fallback; fb != nil {
 		v.fallback = nil // the policy decides if the fallback cannot peek
 		if fp, ok := fb.store.(store.Peeker); ok {
-			v.fallback = &fallback{strategy: fb.strategy, store: peekStore{fp}}
+			v.fallback = &fallback{strategy: fb.strategy, store: peekStore{fp}, instances: fb.instances}
 		}
 	}
 	res, _, err := v.decide(ctx, key, n)

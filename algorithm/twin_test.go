@@ -78,7 +78,7 @@ func checkTwins(mem *store.Memory, b proptest.Backend, s proptest.Scenario) (str
 
 // twinCase is proptest.EntryCase, and for the token bucket half the time any
 // rate, period and burst, so that rates that do not divide the period (the
-// "<tat>:<e>" encoding) and large unit counts are compared too. On the real
+// "<tat>:<e>:<R>" encoding) and large unit counts are compared too. On the real
 // server a token still takes at least a second.
 func twinCase(e algorithm.Entry, b proptest.Backend, r *rand.Rand) proptest.StratCase {
 	if e.Name != "token_bucket" || r.Intn(2) == 0 {

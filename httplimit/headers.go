@@ -40,9 +40,11 @@ func retryAfterSeconds(d time.Duration) int64 { return max(1, ceilSeconds(d)) }
 // headerValues are the parts of a limiter's headers that never change,
 // built once per middleware.
 type headerValues struct {
+	limitN int64
 	limit  string // X-RateLimit-Limit
 	policy string // RateLimit-Policy: "name";q=100;w=60
 	item   string // the start of RateLimit: "name";r=
+	window string // the policy's ";w=60", or none
 	// members are a composite's (algorithm.All), one per member, named
 	// "name.member" (and ".i" after a member name that repeats); nil for a
 	// single strategy.
@@ -80,15 +82,34 @@ func newLimiterHeaderValues(l *fleetlimit.Limiter) headerValues {
 // rounded one would misstate the policy.
 func newHeaderValues(name string, limit int64, window time.Duration) headerValues {
 	item := sfString(name)
-	policy := item + ";q=" + strconv.FormatInt(limit, 10)
+	var w string
 	if window >= time.Second && window%time.Second == 0 {
-		policy += ";w=" + strconv.FormatInt(int64(window/time.Second), 10)
+		w = ";w=" + strconv.FormatInt(int64(window/time.Second), 10)
 	}
 	return headerValues{
+		limitN: limit,
 		limit:  strconv.FormatInt(limit, 10),
-		policy: policy,
+		policy: item + ";q=" + strconv.FormatInt(limit, 10) + w,
 		item:   item + ";r=",
+		window: w,
 	}
+}
+
+// policyFor is the policy with quota limit: the static one, or for a key
+// whose limit differs (fleetlimit.WithStrategyFor) one built for it.
+func (hv *headerValues) policyFor(limit int64) string {
+	if limit == hv.limitN {
+		return hv.policy
+	}
+	return strings.TrimSuffix(hv.item, ";r=") + ";q=" + strconv.FormatInt(limit, 10) + hv.window
+}
+
+// limitFor is X-RateLimit-Limit for limit, as policyFor.
+func (hv *headerValues) limitFor(limit int64) string {
+	if limit == hv.limitN {
+		return hv.limit
+	}
+	return strconv.FormatInt(limit, 10)
 }
 
 // sfString serializes s as an RFC 8941 sf-string: in double quotes, with '"'
@@ -133,9 +154,9 @@ func sfString(s string) string {
 // Remaining are that member's) in RateLimit and X-RateLimit-*.
 func (hv *headerValues) setLimitHeaders(h http.Header, res fleetlimit.Result, draft, retry bool) {
 	reset := ceilSeconds(res.ResetAfter)
-	limit, item := hv.limit, hv.item
+	limit, item := hv.limitFor(res.Limit), hv.item
 	if tight := hv.tightest(res); tight != nil {
-		limit, item = strconv.FormatInt(res.Limit, 10), tight.item
+		item = tight.item
 	}
 	if tighter(h, res.Remaining) {
 		h.Set(HeaderRateLimitLimit, limit)
@@ -148,20 +169,33 @@ func (hv *headerValues) setLimitHeaders(h http.Header, res fleetlimit.Result, dr
 		h.Set(HeaderRetryAfter, strconv.FormatInt(t, 10))
 	}
 	if draft {
-		hv.addPolicies(h)
+		hv.addPolicies(h, &res)
 		h.Add(HeaderRateLimit, item+strconv.FormatInt(res.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
 	}
 }
 
 // addPolicies adds the limiter's policies (every member's, for a composite)
-// to RateLimit-Policy.
-func (hv *headerValues) addPolicies(h http.Header) {
+// to RateLimit-Policy, with the quotas of res (a key's own limits may
+// differ from the limiter's), or the limiter's when res is nil.
+func (hv *headerValues) addPolicies(h http.Header, res *fleetlimit.Result) {
 	if len(hv.members) == 0 {
-		h.Add(HeaderRateLimitPolicy, hv.policy)
+		if res == nil {
+			h.Add(HeaderRateLimitPolicy, hv.policy)
+		} else {
+			h.Add(HeaderRateLimitPolicy, hv.policyFor(res.Limit))
+		}
 		return
 	}
-	for _, m := range hv.members {
-		h.Add(HeaderRateLimitPolicy, m.policy)
+	var limits []fleetlimit.LimitResult
+	if res != nil {
+		limits = res.Limits()
+	}
+	for i, m := range hv.members {
+		if len(limits) != len(hv.members) {
+			h.Add(HeaderRateLimitPolicy, m.policy)
+		} else {
+			h.Add(HeaderRateLimitPolicy, m.policyFor(limits[i].Limit))
+		}
 	}
 }
 
@@ -201,6 +235,6 @@ func (hv *headerValues) setDegradedHeaders(h http.Header, draft bool) {
 		h.Set(HeaderRateLimitLimit, hv.limit)
 	}
 	if draft {
-		hv.addPolicies(h)
+		hv.addPolicies(h, nil)
 	}
 }
