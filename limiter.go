@@ -186,6 +186,10 @@ func (l *Limiter) KeyPrefix() string { return l.cfg.prefix }
 // Policy returns the limiter's failure policy.
 func (l *Limiter) Policy() FailurePolicy { return l.cfg.policy }
 
+// Shadow reports whether the limiter is in shadow mode (WithShadow):
+// adapters then leave out rate-limit headers unless told to send them.
+func (l *Limiter) Shadow() bool { return l.cfg.shadow }
+
 // Breaker returns the limiter's circuit breaker (WithBreaker; by default one
 // of its own), or nil after WithoutBreaker.
 func (l *Limiter) Breaker() *Breaker { return l.cfg.breaker }
