@@ -108,7 +108,7 @@ race=-race
 [ "${NORACE:-}" = 1 ] && race=
 # The nested modules: the adapters whose dependencies (grpc-go,
 # client_golang) the core module does not carry, and the gRPC example.
-modules=(grpclimit promobserver)
+modules=(grpclimit promobserver examples/grpcserver)
 if [ $# -gt 0 ]; then
   # A package path inside a nested module runs in that module.
   dir=.
