@@ -45,6 +45,12 @@ func MaxTime() time.Time { return time.UnixMicro(maxTimeMicros) }
 type Result struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
+	// Shadow reports a shadow admission: the limiter is in shadow mode
+	// (WithShadow) and admitted a request that it denied. Allowed is then
+	// true and every other field is the denial's (RetryAfter > 0, the
+	// denial's Remaining); nothing was recorded for it, as for any denial.
+	// Adapters let such a request through as admitted.
+	Shadow bool
 	// Limit is the strategy's capacity: limit, or burst for a token bucket.
 	// A sliding log of 100 per minute reports 100.
 	Limit int64
@@ -52,7 +58,8 @@ type Result struct {
 	// never negative. After 3 of 100 are admitted in a window it is 97; a
 	// token bucket reports whole tokens, rounded down.
 	Remaining int64
-	// RetryAfter is 0 when Allowed and > 0 when denied: how long until the
+	// RetryAfter is 0 when Allowed (but for a shadow admission) and > 0
+	// when denied: how long until the
 	// same request would pass with no other traffic. When n can never pass
 	// (n > Limit) it is ResetAfter, or the strategy's window if the key is
 	// already full; retrying will not help.
@@ -228,6 +235,10 @@ func (l *Limiter) KeyPrefix() string { return l.cfg.prefix }
 // Policy returns the limiter's failure policy.
 func (l *Limiter) Policy() FailurePolicy { return l.cfg.policy }
 
+// Shadow reports whether the limiter is in shadow mode (WithShadow):
+// adapters then leave out rate-limit headers unless told to send them.
+func (l *Limiter) Shadow() bool { return l.cfg.shadow }
+
 // Breaker returns the limiter's circuit breaker (WithBreaker; by default one
 // of its own), or nil after WithoutBreaker.
 func (l *Limiter) Breaker() *Breaker { return l.cfg.breaker }
@@ -270,14 +281,31 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if l.cfg.observer != nil {
 		return l.observed(ctx, key, n)
 	}
-	res, _, err := l.decide(ctx, key, n)
+	res, o, err := l.decide(ctx, key, n)
+	if l.cfg.shadow {
+		res = shadowed(res, o)
+	}
 	return res, err
+}
+
+// shadowed is the Result of a shadow limiter's decision res (see
+// WithShadow): a denial becomes a shadow admission, unless the caller is
+// gone or the input was invalid (no decision was made).
+func shadowed(res Result, o outcome) Result {
+	if !res.Allowed && !o.invalid() && o.by() != DecidedByCaller {
+		res.Allowed, res.Shadow = true, true
+	}
+	return res
 }
 
 // observed makes a decision and tells the observer about it.
 func (l *Limiter) observed(ctx context.Context, key string, n int64) (Result, error) {
 	start := time.Now()
 	res, o, err := l.decide(ctx, key, n)
+	out := res
+	if l.cfg.shadow {
+		out = shadowed(res, o)
+	}
 	if !o.invalid() {
 		route, _ := ctx.Value(routeKey{}).(string)
 		l.cfg.observer.Observe(Event{
@@ -287,15 +315,17 @@ func (l *Limiter) observed(ctx context.Context, key string, n int64) (Result, er
 			Key:         key,
 			N:           n,
 			Allowed:     res.Allowed,
+			Shadow:      out.Shadow,
 			Remaining:   res.Remaining,
 			Latency:     time.Since(start),
 			Err:         err,
 			Policy:      l.cfg.policy,
 			DecidedBy:   o.by(),
 			CircuitOpen: o.circuitOpen(),
+			Breaker:     l.cfg.breaker,
 		})
 	}
-	return res, err
+	return out, err
 }
 
 // outcome says how a decision was made, for the observer: a Decider in the
@@ -462,6 +492,7 @@ type config struct {
 	clock     func() time.Time
 	policy    FailurePolicy
 	timeout   time.Duration
+	shadow    bool
 
 	breaker           *Breaker // nil: a breaker of its own, unless noBreaker
 	noBreaker         bool
@@ -633,4 +664,16 @@ func WithObserver(o Observer) Option {
 		}
 		c.observer = o
 	})
+}
+
+// WithShadow puts the limiter in shadow mode, to roll a new limit out
+// safely: it decides and records exactly as it would otherwise (the store
+// holds the same state, the breaker and the failure policy apply), and the
+// Observer sees every decision as made, denials included ("would deny":
+// Event.Allowed false, Event.Shadow true), but a denial is returned as a
+// shadow admission: Allowed true and Shadow true (see Result.Shadow). This
+// covers denials by the failure policy too. A caller whose context is done
+// is still denied: that is not the limit's decision. Default: off.
+func WithShadow() Option {
+	return option(func(c *config) { c.shadow = true })
 }

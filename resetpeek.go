@@ -99,7 +99,10 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 			v.fallback = &fallback{strategy: fb.strategy, store: peekStore{fp}, instances: fb.instances}
 		}
 	}
-	res, _, err := v.decide(ctx, key, n)
+	res, o, err := v.decide(ctx, key, n)
+	if l.cfg.shadow {
+		res = shadowed(res, o)
+	}
 	return res, err
 }
 

@@ -22,14 +22,15 @@ type Rig struct {
 	clock *fakeclock.Clock
 }
 
-// NewRig returns a rig deciding s over st, failing closed.
-func NewRig(st store.Store, s algorithm.Strategy) (*Rig, error) {
+// NewRig returns a rig deciding s over st, failing closed, with opts
+// applied last.
+func NewRig(st store.Store, s algorithm.Strategy, opts ...fleetlimit.Option) (*Rig, error) {
 	c := &fakeclock.Clock{}
-	lim, err := fleetlimit.New(s, st,
+	lim, err := fleetlimit.New(s, st, append([]fleetlimit.Option{
 		fleetlimit.WithClock(c.Now),
 		fleetlimit.WithKeyPrefix(redistest.Prefix()),
 		fleetlimit.WithTimeout(Timeout),
-		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
+		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
