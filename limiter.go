@@ -102,6 +102,9 @@ type LimitResult struct {
 
 // resultOf is the Result of s's decision d.
 func resultOf(s algorithm.Strategy, d algorithm.Decision) Result {
+	if u, ok := s.(interface{ Unwrap() algorithm.Strategy }); ok {
+		s = u.Unwrap() // a penalty box: its members are its strategy's
+	}
 	r := Result{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
 	ds := d.Members()
 	if len(ds) == 0 {
@@ -185,6 +188,7 @@ const DefaultKeyPrefix = "ratelimit:"
 // A Limiter is safe for concurrent use.
 type Limiter struct {
 	strategy algorithm.Strategy
+	decider  algorithm.Strategy // strategy, in its penalty box (WithPenalty) if any
 	store    store.Store
 	fallback *fallback // nil without WithFallback
 	cfg      config
@@ -213,14 +217,20 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if err := cfg.validate(s); err != nil {
 		return nil, err
 	}
-	fb, err := newFallback(s, &cfg)
+	decider := s
+	if p := cfg.penalty; p != nil {
+		if decider = algorithm.Penalize(s, *p); decider.Validate() != nil {
+			return nil, fmt.Errorf("%w: WithPenalty: %w", ErrInvalidConfig, decider.Validate())
+		}
+	}
+	fb, err := newFallback(decider, &cfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.breaker == nil && !cfg.noBreaker {
 		cfg.breaker = newDefaultBreaker()
 	}
-	return &Limiter{strategy: s, store: st, fallback: fb, cfg: cfg}, nil
+	return &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg}, nil
 }
 
 // Strategy returns the limiter's strategy.
@@ -360,7 +370,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 		return l.callerGone(key, err)
 	}
 	if l.cfg.strategyFor != nil {
-		if req.Strategy, err = l.strategyFor(ctx, key); err != nil {
+		if req.Strategy, err = l.deciderFor(ctx, key); err != nil {
 			return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 		}
 	}
@@ -432,7 +442,7 @@ func (l *Limiter) request(key string, n int64) (store.Request, error) {
 		return store.Request{}, fmt.Errorf("%w: %d, want 1 to 2^53", ErrInvalidCost, n)
 	}
 	req := store.Request{
-		Strategy: l.strategy,
+		Strategy: l.decider,
 		Prefix:   l.cfg.prefix,
 		Key:      key,
 		N:        n,
@@ -500,6 +510,7 @@ type config struct {
 	fallbackStore     store.Store
 	fallbackInstances int64
 	strategyFor       func(context.Context, string) (algorithm.Strategy, error)
+	penalty           *algorithm.Penalty
 
 	errs []error
 }

@@ -41,7 +41,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, err)
 	}
-	req := store.Request{Strategy: l.strategy, Prefix: l.cfg.prefix, Key: key, Timeout: l.cfg.timeout}
+	req := store.Request{Strategy: l.decider, Prefix: l.cfg.prefix, Key: key, Timeout: l.cfg.timeout}
 	if err := rs.Reset(ctx, req); err != nil {
 		if cerr := doneErr(ctx); cerr != nil {
 			return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, cerr)

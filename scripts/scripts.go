@@ -62,3 +62,10 @@ var all string
 // All returns the driver of algorithm.All's script, which the composite
 // completes with its members' scripts (see all.lua for how).
 func All() string { return all }
+
+//go:embed penalty.lua
+var penalty string
+
+// Penalty returns the driver of algorithm.Penalize's script, which the
+// penalty box completes with its inner strategy's script (see penalty.lua).
+func Penalty() string { return penalty }

@@ -200,8 +200,8 @@ func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.D
 		return algorithm.Decision{}, r.failed(ctx, keys[0], err)
 	}
 	r.noteRouted()
-	if c, ok := req.Strategy.(algorithm.Composite); ok {
-		return parseComposite(reply, c, req.N)
+	if rp, ok := req.Strategy.(algorithm.Replier); ok {
+		return parseLongReply(reply, rp, req.N)
 	}
 	return parseReply(reply, req.Strategy.Limit())
 }
@@ -375,23 +375,24 @@ func parseReply(reply any, limit int64) (algorithm.Decision, error) {
 	}, nil
 }
 
-// parseComposite reads a composite's reply, the calling convention's four
-// integers for each member in turn, and combines them.
-func parseComposite(reply any, c algorithm.Composite, n int64) (algorithm.Decision, error) {
-	members := c.Members()
+// parseLongReply reads the reply of a strategy whose script returns more
+// than the calling convention's four integers (algorithm.Replier).
+func parseLongReply(reply any, rp algorithm.Replier, n int64) (algorithm.Decision, error) {
 	vals, ok := reply.([]any)
-	if !ok || len(vals) != 4*len(members) {
+	if !ok {
 		return algorithm.Decision{}, fmt.Errorf("%w: %v", ErrBadReply, reply)
 	}
-	ds := make([]algorithm.Decision, len(members))
-	for i, m := range members {
-		d, err := parseReply(vals[4*i:4*i+4], m.Limit())
-		if err != nil {
-			return algorithm.Decision{}, err
+	ints := make([]int64, len(vals))
+	for i, v := range vals {
+		if ints[i], ok = v.(int64); !ok {
+			return algorithm.Decision{}, fmt.Errorf("%w: element %d is %T", ErrBadReply, i, v)
 		}
-		ds[i] = d
 	}
-	return c.Combine(ds, n), nil
+	d, err := rp.Reply(ints, n)
+	if err != nil {
+		return algorithm.Decision{}, fmt.Errorf("%w: %w", ErrBadReply, err)
+	}
+	return d, nil
 }
 
 func durationMicros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
