@@ -44,8 +44,13 @@ func (r *Rig) RedisKey(key string) string {
 	return store.RedisKey(r.lim.KeyPrefix(), key, r.lim.Strategy().Script().Tag)
 }
 
-// At decides ev at its time.
-func (r *Rig) At(ev Event) (fleetlimit.Result, error) { return r.call(ev, "decide", r.lim.AllowN) }
+// At decides ev at its time, or refunds it if it is a refund.
+func (r *Rig) At(ev Event) (fleetlimit.Result, error) {
+	if ev.Refund {
+		return r.call(ev, "refund", r.lim.Refund)
+	}
+	return r.call(ev, "decide", r.lim.AllowN)
+}
 
 // call sets the clock to ev's time and applies op (what it is) to ev.
 func (r *Rig) call(ev Event, what string, op func(context.Context, string, int64) (fleetlimit.Result, error)) (fleetlimit.Result, error) {
