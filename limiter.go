@@ -192,6 +192,8 @@ type Limiter struct {
 	store    store.Store
 	fallback *fallback // nil without WithFallback
 	cfg      config
+	waits    *waitQueues                                      // WaitN's queues
+	sleep    func(ctx context.Context, d time.Duration) error // WaitN's; tests give a virtual one
 }
 
 // New returns a Limiter applying s through st. It returns an error wrapping
@@ -230,7 +232,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if cfg.breaker == nil && !cfg.noBreaker {
 		cfg.breaker = newDefaultBreaker()
 	}
-	return &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg}, nil
+	return &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}, sleep: sleepReal}, nil
 }
 
 // Strategy returns the limiter's strategy.

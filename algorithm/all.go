@@ -89,6 +89,11 @@ func All(members ...Strategy) Strategy {
 	s.script = NewScript("all("+strings.Join(tags, ",")+")", src.String())
 	s.script.Keys = keys
 	s.script.Peeks = true
+	s.script.Refunds = true
+	for _, m := range members {
+		_, ok := m.(Refunder)
+		s.script.Refunds = s.script.Refunds && ok && m.Script().Refunds
+	}
 	return s
 }
 
@@ -299,6 +304,35 @@ func (s *all) Reply(ints []int64, n int64) (Decision, error) {
 	ds := make([]Decision, len(s.members))
 	for i, m := range s.members {
 		ds[i] = decisionOf(ints[4*i:4*i+4], m.Limit())
+	}
+	return s.combine(ds, n), nil
+}
+
+// Refund gives n back to every member by its own refund rule (each member
+// was charged n for every admission) and combines the members' standing
+// after it. A member that cannot refund makes it an error wrapping
+// errors.ErrUnsupported, with nothing given back.
+func (s *all) Refund(state State, now time.Time, n int64) (Decision, error) {
+	if s.err != nil {
+		return Decision{}, s.err
+	}
+	st, ok := state.(*allState)
+	if !ok || len(st.members) != len(s.members) {
+		return Decision{}, ErrStateType
+	}
+	rs := make([]Refunder, len(s.members))
+	for i, m := range s.members {
+		if rs[i], ok = m.(Refunder); !ok {
+			return Decision{}, fmt.Errorf("all: member %d (%s) cannot refund: %w", i, m.Name(), errors.ErrUnsupported)
+		}
+	}
+	ds := make([]Decision, len(s.members))
+	for i, r := range rs {
+		d, err := r.Refund(st.members[i], now, n)
+		if err != nil {
+			return Decision{}, err
+		}
+		ds[i] = d
 	}
 	return s.combine(ds, n), nil
 }

@@ -1,6 +1,7 @@
 package algorithm
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -102,7 +103,7 @@ func penaltyScript(inner *Script) *Script {
 	}
 	s := NewScript("pen("+inner.Tag+")", src)
 	s.Keys = append(append([]string(nil), keys...), "ban")
-	s.Peeks = true
+	s.Peeks, s.Refunds = true, inner.Refunds
 	v, _ := penaltyScripts.LoadOrStore(inner.SHA1, s)
 	return v.(*Script)
 }
@@ -326,4 +327,21 @@ func penaltyDecision(d Decision, mode, wait int64) Decision {
 // decisionOf reads the calling convention's four integers.
 func decisionOf(v []int64, limit int64) Decision {
 	return Decision{Allowed: v[0] == 1, Limit: limit, Remaining: v[1], RetryAfter: duration(v[2]), ResetAfter: duration(v[3])}
+}
+
+// Refund gives n back by the inner strategy's refund rule; the ban state
+// is as it was (a refund lifts no ban and uncounts no denial).
+func (s *penalized) Refund(state State, now time.Time, n int64) (Decision, error) {
+	if s.err != nil {
+		return Decision{}, s.err
+	}
+	st, ok := state.(*penaltyState)
+	if !ok || st.inner == nil {
+		return Decision{}, ErrStateType
+	}
+	r, ok := s.inner.(Refunder)
+	if !ok {
+		return Decision{}, fmt.Errorf("penalty: %s cannot refund: %w", s.inner.Name(), errors.ErrUnsupported)
+	}
+	return r.Refund(st.inner, now, n)
 }

@@ -37,7 +37,7 @@ func TestPropertyPenaltyTwinAgreement(t *testing.T) {
 	mem := proptest.Memory(t)
 	for _, b := range penaltyBackends(t)[1:] {
 		t.Run(b.Name, func(t *testing.T) {
-			g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.PenaltyCase(b, r) }, true)
+			g := proptest.WithRefunds(proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.PenaltyCase(b, r) }, true))
 			proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) { return checkTwins(mem, b, s) }, g))
 		})
 	}

@@ -139,11 +139,17 @@ type Script struct {
 	// as usual and writes nothing. The built-in scripts do; a store refuses
 	// to peek with a script that does not. Default (NewScript): false.
 	Peeks bool
+	// Refunds reports that Source honours the calling convention's refund
+	// mode (see package scripts): sent "refund" as its last argument, it
+	// gives back n units as the strategy's Refund does (see Refunder). The
+	// built-in scripts do; a store refuses to refund with a script that
+	// does not. Default (NewScript): false.
+	Refunds bool
 }
 
-// peekable returns s with Peeks set, for the built-in scripts.
-func peekable(s *Script) *Script {
-	s.Peeks = true
+// builtin returns s with Peeks and Refunds set, for the built-in scripts.
+func builtin(s *Script) *Script {
+	s.Peeks, s.Refunds = true, true
 	return s
 }
 

@@ -6,7 +6,8 @@
 -- ARGV[2]  n, the cost of this request
 -- ARGV[3]  limit, the most units admitted per window
 -- ARGV[4]  window, in microseconds
--- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
+--              refund: lower this window's count by n (below)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}.
 --
 -- Windows are [i*window, (i+1)*window) since the Unix epoch. The window index
@@ -21,6 +22,7 @@
 -- sliding_window_log.lua).
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
+local refund = ARGV[#ARGV] == 'refund'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
@@ -51,6 +53,21 @@ if v then
   if vidx == idx then count = vcount end
 end
 local window_end = (idx + 1) * window
+
+if refund then
+  -- Only a count of the current window is lowered: a key whose count
+  -- belongs to an earlier window no longer limits anything, and the refund
+  -- leaves it alone. The window is kept at a count of 0, so that a clock
+  -- behind still cannot reopen an earlier one.
+  if v and count > 0 then
+    count = count - math.min(n, count)
+    redis.call('SET', key, string.format('%d:%d', idx, count),
+      'PX', math.ceil((window_end - now) / 1000))
+  end
+  local reset = 0
+  if count > 0 then reset = window_end - now end
+  return {1, math.max(0, limit - count), 0, reset}
+end
 
 -- n <= limit - count, not count + n <= limit: at a limit of 2^53 the sum
 -- can be 2^53 + 1, which a double rounds down to 2^53.

@@ -13,7 +13,8 @@
 -- ARGV[3..6]  after, within_us, ban_us, max_ban_us
 -- ARGV[7]  probe, a cost above the inner strategy's limit
 -- ARGV[8..]  the inner strategy's own parameters
--- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
+--              refund: the inner strategy gives back n, the ban is as it was
 -- Returns {mode, wait_us, 0, 0} followed by the inner script's reply;
 -- algorithm.Penalize reads them (mode 0: the inner decision stands; 1: this
 -- denial starts a ban of wait_us; 2: banned for wait_us more, the inner
@@ -38,6 +39,7 @@ if now == '' then
 end
 local t = tonumber(now)
 local peek = ARGV[#ARGV] == 'peek'
+local refund = ARGV[#ARGV] == 'refund'
 local after = tonumber(ARGV[3])
 local within = tonumber(ARGV[4])
 local ban = tonumber(ARGV[5])
@@ -48,13 +50,14 @@ local ikeys = {}
 for i = 1, #KEYS - 1 do ikeys[i] = KEYS[i] end
 local key = KEYS[#KEYS]
 
--- args is the inner script's ARGV for cost (with its peek flag when dry).
-local function args(cost, dry)
+-- args is the inner script's ARGV for cost, with mode ('peek' or 'refund')
+-- when given.
+local function args(cost, mode)
   local a = {now, cost}
   local last = #ARGV
-  if peek then last = last - 1 end
+  if peek or refund then last = last - 1 end
   for i = 8, last do a[#a + 1] = ARGV[i] end
-  if dry then a[#a + 1] = 'peek' end
+  if mode then a[#a + 1] = mode end
   return a
 end
 
@@ -65,6 +68,17 @@ local function admits(r)
     if r[i] ~= 1 then return false end
   end
   return true
+end
+
+local function reply(head, r)
+  for i = 1, #r do head[#head + 1] = r[i] end
+  return head
+end
+
+if refund then
+  local r = inner(ikeys, args(ARGV[2], 'refund'))
+  if r.err then return r end
+  return reply({0, 0, 0, 0}, r)
 end
 
 local denials, since, untl, strikes = 0, 0, 0, 0
@@ -80,22 +94,17 @@ if strikes > 0 and t >= untl and t - untl >= maxban then
   strikes = 0 -- quiet for MaxBan since the last ban: forgiven
 end
 
-local function reply(head, r)
-  for i = 1, #r do head[#head + 1] = r[i] end
-  return head
-end
-
 if t < untl then
   -- Banned: nothing passes, nothing is counted or written.
-  local r = inner(ikeys, args(ARGV[2], true))
+  local r = inner(ikeys, args(ARGV[2], 'peek'))
   if r.err then return r end
   if not admits(r) then return reply({2, untl - t, 0, 0}, r) end
-  r = inner(ikeys, args(probe, true))
+  r = inner(ikeys, args(probe, 'peek'))
   if r.err then return r end
   return reply({3, untl - t, 0, 0}, r)
 end
 
-local r = inner(ikeys, args(ARGV[2], peek))
+local r = inner(ikeys, args(ARGV[2], peek and 'peek' or nil))
 if r.err then return r end
 if admits(r) then return reply({0, 0, 0, 0}, r) end
 

@@ -6,7 +6,8 @@
 -- ARGV[3]  burst, the bucket's capacity in tokens
 -- ARGV[4]  R, units refilled per microsecond
 -- ARGV[5]  P, units per token
--- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
+--              refund: put n tokens back (below)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}.
 --
 -- Units: one token is P units and the bucket refills R units per microsecond,
@@ -29,6 +30,7 @@
 -- sliding_window_log.lua).
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
+local refund = ARGV[#ARGV] == 'refund'
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local R = tonumber(ARGV[4])
@@ -59,6 +61,23 @@ if v then
   end
   tat, e = tonumber(tat), tonumber(e)
   if r and tonumber(r) ~= R then e = 0 end
+  if refund and tat > now then
+    -- Refund: the bucket is full at tat - e/R; n tokens earlier is
+    -- tat - (e + n*P)/R, moved on the stored instant (not on the debt seen
+    -- at now) so that a clock behind gets back exactly n tokens. More than
+    -- burst tokens fill any bucket, and keep u below 2^53. Once full, the
+    -- key goes, as it would expire.
+    local u = e + math.min(n, burst) * P
+    local rem = math.fmod(u, R)
+    tat, e = tat - (u - rem) / R, rem
+    if tat > now then
+      local value = string.format('%d', tat)
+      if e > 0 then value = value .. string.format(':%d:%d', e, R) end
+      redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000))
+    else
+      redis.call('DEL', key)
+    end
+  end
   if tat > now then
     -- A clock behind the last writer sees at most an empty bucket (elapsed
     -- time is clamped at zero), never a debt beyond the capacity.
@@ -69,6 +88,10 @@ if v then
       if debt > C then debt = C end
     end
   end
+end
+
+if refund then
+  return {1, math.floor((C - debt) / P), 0, math.ceil(debt / R)}
 end
 
 if n <= burst and debt + n * P <= C then

@@ -17,6 +17,7 @@ var (
 	_ Store    = (*Memory)(nil)
 	_ Resetter = (*Memory)(nil)
 	_ Peeker   = (*Memory)(nil)
+	_ Refunder = (*Memory)(nil)
 )
 
 // memoryShards is the number of independently locked maps; a power of two.
@@ -134,7 +135,7 @@ func monotonicClock() func() time.Time {
 // It never blocks on I/O, so ctx and req.Timeout are not consulted. A time
 // behind the sweep horizon is judged at the horizon (see Sweep).
 func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, error) {
-	return m.decide(req, false)
+	return m.decide(req, decideMode)
 }
 
 // Peek runs req.Strategy's Go rule, under the key's shard lock, on a copy
@@ -143,14 +144,40 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 // with nothing recorded. The sweep's record of decision times is not moved
 // either.
 func (m *Memory) Peek(_ context.Context, req Request) (algorithm.Decision, error) {
-	return m.decide(req, true)
+	return m.decide(req, peekMode)
 }
 
-// decide is Decide, or with peek Peek.
-func (m *Memory) decide(req Request, peek bool) (algorithm.Decision, error) {
+// Refund runs req.Strategy's refund rule (algorithm.Refunder) on req.Key's
+// state under its shard lock. A key it does not hold is full: the rule runs
+// on a fresh state, which is dropped.
+func (m *Memory) Refund(_ context.Context, req Request) (algorithm.Decision, error) {
+	return m.decide(req, refundMode)
+}
+
+// mode is what a script run, or its Go rule, is asked to do: decide, peek
+// at a decision, or refund (see package scripts).
+type mode uint8
+
+const (
+	decideMode mode = iota
+	peekMode
+	refundMode
+)
+
+// decide is Decide, Peek or Refund, by mode.
+func (m *Memory) decide(req Request, mode mode) (algorithm.Decision, error) {
 	if m.closed.Load() {
 		return algorithm.Decision{}, ErrClosed
 	}
+	rule := req.Strategy.Decide
+	if mode == refundMode {
+		r, ok := req.Strategy.(algorithm.Refunder)
+		if !ok {
+			return algorithm.Decision{}, notRefundable(req.Strategy)
+		}
+		rule = r.Refund
+	}
+	peek := mode == peekMode
 	now := req.Now
 	if !peek && !now.IsZero() && !m.callerTime.Load() {
 		m.callerTime.Store(true)
@@ -191,14 +218,15 @@ func (m *Memory) decide(req Request, peek bool) (algorithm.Decision, error) {
 		}
 		st = c.Clone()
 	}
-	d, err := req.Strategy.Decide(st, now, req.N)
+	d, err := rule(st, now, req.N)
 	if peek {
 		sh.mu.Unlock()
 		return d, err
 	}
-	if err == nil && e == nil && (d.Allowed || st.FullAt() > now.UnixMicro()) {
+	if err == nil && e == nil && mode == decideMode && (d.Allowed || st.FullAt() > now.UnixMicro()) {
 		// A denied request on a fresh key records nothing, unless the
-		// strategy keeps something of it (a penalty box counts denials).
+		// strategy keeps something of it (a penalty box counts denials);
+		// nor does a refund to a fresh key.
 		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}
 		sh.n++
 	}
@@ -395,4 +423,9 @@ func (m *Memory) Close() error {
 		sh.mu.Unlock()
 	}
 	return nil
+}
+
+// notRefundable is the error for a strategy that has no refund rule.
+func notRefundable(s algorithm.Strategy) error {
+	return fmt.Errorf("store: strategy %s cannot be refunded: %w: %w", s.Name(), ErrRejected, errors.ErrUnsupported)
 }

@@ -19,6 +19,7 @@ var (
 	_ Store    = (*Redis)(nil)
 	_ Resetter = (*Redis)(nil)
 	_ Peeker   = (*Redis)(nil)
+	_ Refunder = (*Redis)(nil)
 )
 
 // Redis is a store shared by every process that points at the same Redis:
@@ -144,7 +145,7 @@ func honoursDeadlines(client redis.UniversalClient) (bool, error) {
 // Decide runs the strategy's script on its key with one EVALSHA (EVAL when the
 // script is not cached), bounded by req.Timeout and ctx.
 func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, error) {
-	return r.decide(ctx, req, false)
+	return r.decide(ctx, req, decideMode)
 }
 
 // Peek runs the strategy's script as Decide does, with the calling
@@ -152,11 +153,19 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 // key's value and TTL are unchanged, and it runs on a read-only replica
 // too. It refuses a script that does not set algorithm.Script.Peeks.
 func (r *Redis) Peek(ctx context.Context, req Request) (algorithm.Decision, error) {
-	return r.decide(ctx, req, true)
+	return r.decide(ctx, req, peekMode)
 }
 
-// decide is Decide, or with peek Peek.
-func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.Decision, error) {
+// Refund runs the strategy's script as Decide does, in the calling
+// convention's refund mode: one EVALSHA gives req.N units back. It refuses
+// a strategy that is not an algorithm.Refunder or whose script does not set
+// algorithm.Script.Refunds.
+func (r *Redis) Refund(ctx context.Context, req Request) (algorithm.Decision, error) {
+	return r.decide(ctx, req, refundMode)
+}
+
+// decide is Decide, Peek or Refund, by mode.
+func (r *Redis) decide(ctx context.Context, req Request, mode mode) (algorithm.Decision, error) {
 	if r.closed.Load() {
 		return algorithm.Decision{}, ErrClosed
 	}
@@ -164,8 +173,15 @@ func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.D
 	if script == nil {
 		return algorithm.Decision{}, fmt.Errorf("store: strategy %s has no Lua script: %w", req.Strategy.Name(), algorithm.ErrInvalidStrategy)
 	}
-	if peek && !script.Peeks {
-		return algorithm.Decision{}, fmt.Errorf("store: the script of strategy %s does not honour the peek flag: %w: %w", req.Strategy.Name(), ErrRejected, errors.ErrUnsupported)
+	switch mode {
+	case peekMode:
+		if !script.Peeks {
+			return algorithm.Decision{}, fmt.Errorf("store: the script of strategy %s does not honour the peek flag: %w: %w", req.Strategy.Name(), ErrRejected, errors.ErrUnsupported)
+		}
+	case refundMode:
+		if _, ok := req.Strategy.(algorithm.Refunder); !ok || !script.Refunds {
+			return algorithm.Decision{}, notRefundable(req.Strategy)
+		}
 	}
 	keys := redisKeys(req, script)
 	static := req.Strategy.ScriptArgs()
@@ -177,8 +193,11 @@ func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.D
 	}
 	args[1] = req.N
 	args = append(args, static...)
-	if peek {
+	switch mode {
+	case peekMode:
 		args = append(args, "peek")
+	case refundMode:
+		args = append(args, "refund")
 	}
 
 	if req.Timeout > 0 {
