@@ -116,6 +116,8 @@ type Report struct {
 	// burst and fleet), for Chart.
 	Series  []Series      `json:"-"`
 	Elapsed time.Duration `json:"-"`
+	// Projection is Projections(), for JSON.
+	Projection []Projection `json:"projection,omitempty"`
 }
 
 // Row is one (scenario, algorithm, store, instances). Counts are in units
@@ -144,12 +146,20 @@ type Row struct {
 	// window's length, divided by Limit.
 	WorstWindow float64 `json:"worst_window_ratio"`
 
-	// The rest is measured on a real Redis only, for "redis" rows: nil
-	// elsewhere (NotMeasured says why).
+	// The rest is measured on a real Redis only (MemoryUsage: or
+	// estimated), for "redis" rows: nil elsewhere (NotMeasured says why).
 
 	// MemoryUsage is MEMORY USAGE (SAMPLES 0) averaged over sampled keys,
-	// in bytes per key: many-users scenario only.
+	// in bytes per key: many-users scenario only. On the embedded miniredis
+	// it is estimated (MemoryEstimated) from the keys' contents by a model
+	// of Redis 7's encodings.
 	MemoryUsage *float64 `json:"memory_usage_bytes_per_key"`
+	// MemoryEstimated reports that MemoryUsage is the model's estimate, not
+	// a measurement.
+	MemoryEstimated bool `json:"memory_estimated,omitempty"`
+	// KeyBytes is the length of the measured keys' names, with MemoryUsage:
+	// a key's name is part of its memory.
+	KeyBytes int `json:"key_bytes,omitempty"`
 	// UsedMemory is the growth of INFO used_memory divided by the growth of
 	// the key count, in bytes per key: many-users scenario only.
 	UsedMemory *float64 `json:"used_memory_bytes_per_key"`
@@ -313,6 +323,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Series = append(rep.Series, *series)
 		}
 	}
+	rep.Projection = rep.Projections()
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
