@@ -137,6 +137,43 @@ func TestCompareTruths(t *testing.T) {
 		}
 	})
 
+	t.Run("the counter sits between the fixed window and the log", func(t *testing.T) {
+		for _, r := range rep.Rows {
+			if r.Algorithm != "sliding_window_counter" || !singleLimiter(r) {
+				continue
+			}
+			log := rs.get(t, r.Scenario, "sliding_window_log", r.Store, r.Instances, r.Limit)
+			fixed := rs.get(t, r.Scenario, "fixed_window", r.Store, r.Instances, r.Limit)
+			if r.WorstWindow < log.WorstWindow || r.WorstWindow > fixed.WorstWindow {
+				t.Errorf("%s %s x%d: worst window %.2f x limit, want between the log's %.2f and the fixed window's %.2f",
+					r.Scenario, r.Store, r.Instances, r.WorstWindow, log.WorstWindow, fixed.WorstWindow)
+			}
+		}
+		// Where the fixed window doubles the limit at its edges, the counter
+		// stays well below it, and above the exact log.
+		for _, scenario := range []string{"boundary burst", "overload 3x"} {
+			r := rs.get(t, scenario, "sliding_window_counter", compare.StoreRedis, 1, compareLimit)
+			fixed := rs.get(t, scenario, "fixed_window", compare.StoreRedis, 1, compareLimit)
+			if r.WorstWindow >= fixed.WorstWindow {
+				t.Errorf("%s: counter %.2f x limit, fixed window %.2f; want the counter strictly below", scenario, r.WorstWindow, fixed.WorstWindow)
+			}
+		}
+		r := rs.get(t, "overload 3x", "sliding_window_counter", compare.StoreRedis, 1, compareLimit)
+		if r.WorstWindow <= 1 {
+			t.Errorf("overload 3x: counter %.2f x limit; an estimate from two aligned windows exceeds the limit in some sliding window, as the log never does", r.WorstWindow)
+		}
+		// Within its proven bound, and never more than a fixed window in
+		// any aligned window.
+		for _, s := range rep.Series {
+			if s.Algorithm != "sliding_window_counter" || s.Store == compare.StoreMemory && s.Instances > 1 {
+				continue
+			}
+			if err := withinAlignedWindows(s.Admitted, s.Limit, compareWindow); err != nil {
+				t.Errorf("%s %s x%d: %v", s.Scenario, s.Store, s.Instances, err)
+			}
+		}
+	})
+
 	checkFleet(t, rs, entries)
 }
 
@@ -253,8 +290,10 @@ func TestCompareRealRedis(t *testing.T) {
 		}
 		for i := 1; i < len(limits); i++ {
 			lo, hi := limits[i-1], limits[i]
-			if a, b := bytes("token_bucket", lo), bytes("token_bucket", hi); a != b {
-				t.Errorf("token bucket: %.0f bytes per key at a limit of %d, %.0f at %d; want constant", a, lo, b, hi)
+			for _, algo := range []string{"token_bucket", "sliding_window_counter"} {
+				if a, b := bytes(algo, lo), bytes(algo, hi); a != b {
+					t.Errorf("%s: %.0f bytes per key at a limit of %d, %.0f at %d; want constant", algo, a, lo, b, hi)
+				}
 			}
 			// Ten times the limit, ten times the sorted-set members: at
 			// least five times the bytes.
@@ -262,7 +301,8 @@ func TestCompareRealRedis(t *testing.T) {
 				t.Errorf("sliding log: %.0f bytes per key at a limit of %d, %.0f at %d; want growth with the limit", a, lo, b, hi)
 			}
 		}
-		t.Logf("bytes per key at limits %v: sliding log %.0f %.0f %.0f, token bucket %.0f",
-			limits, bytes("sliding_window_log", 10), bytes("sliding_window_log", 100), bytes("sliding_window_log", 1000), bytes("token_bucket", 10))
+		t.Logf("bytes per key at limits %v: sliding log %.0f %.0f %.0f, token bucket %.0f, sliding-window counter %.0f",
+			limits, bytes("sliding_window_log", 10), bytes("sliding_window_log", 100), bytes("sliding_window_log", 1000),
+			bytes("token_bucket", 10), bytes("sliding_window_counter", 10))
 	})
 }
