@@ -89,6 +89,14 @@ type Config struct {
 	FleetUsers int
 	// FleetWindows is how many windows the fleet scenario lasts. Default 3.
 	FleetWindows int
+	// Algorithms, if set, restricts the run to these registered
+	// algorithms (algorithm.Entry.Name). Default every one.
+	Algorithms []string
+	// KeyPrefix, if set, replaces every job's key prefix (default
+	// "fleetlimit-compare:<run id>:<job>:", unique on a shared server), so
+	// that the measured keys are as long as production's. Each job removes
+	// its keys before the next starts; use it on a server of your own.
+	KeyPrefix string
 	// Workers is the number of concurrent clients in the many-users
 	// scenario. Default 8.
 	Workers int
@@ -160,8 +168,10 @@ type Row struct {
 	// KeyBytes is the length of the measured keys' names, with MemoryUsage:
 	// a key's name is part of its memory.
 	KeyBytes int `json:"key_bytes,omitempty"`
-	// UsedMemory is the growth of INFO used_memory divided by the growth of
-	// the key count, in bytes per key: many-users scenario only.
+	// UsedMemory is the growth of INFO used_memory, less what MEMORY STATS
+	// counts outside the keys (clients' buffers, scripts, replication),
+	// divided by the growth of the key count, in bytes per key: many-users
+	// scenario only.
 	UsedMemory *float64 `json:"used_memory_bytes_per_key"`
 	// Commands is the number of Redis commands run per decision (INFO
 	// commandstats: the EVALSHA and every command inside the script).
@@ -243,6 +253,11 @@ func (c *Config) validate() error {
 			bad("unknown scenario %q, want one of %s", s, strings.Join(Scenarios, ", "))
 		}
 	}
+	for _, a := range c.Algorithms {
+		if !slices.ContainsFunc(algorithm.Registry(), func(e algorithm.Entry) bool { return e.Name == a }) {
+			bad("unknown algorithm %q", a)
+		}
+	}
 	if c.Users < 1 || c.Users > MaxUsers {
 		bad("users %d, want 1 to %d", c.Users, MaxUsers)
 	}
@@ -297,6 +312,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	entries := algorithm.Registry()
+	if len(cfg.Algorithms) > 0 {
+		entries = slices.DeleteFunc(entries, func(e algorithm.Entry) bool { return !slices.Contains(cfg.Algorithms, e.Name) })
+	}
 	var jobs []job
 	for _, p := range plans {
 		for _, e := range entries {

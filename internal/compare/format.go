@@ -157,7 +157,7 @@ func (rep *Report) Legend() []string {
 			"Redis commands per decision and latency are measured on a real server only: with redis-server installed, or -redis ADDR (or -cluster ADDR,...).")
 	} else {
 		lines = append(lines,
-			"used_memory/key: growth of INFO used_memory divided by the growth of the key count (noisy with few keys or a busy server; MEMORY USAGE is exact).",
+			"used_memory/key: growth of INFO used_memory, less what MEMORY STATS counts outside the keys (clients, scripts, replication), divided by the growth of the key count: the keys with their expiry entries and hash-table buckets (noisy with few keys or a busy server; MEMORY USAGE is exact).",
 			"cmds/decision: INFO commandstats growth per decision: the EVALSHA and every command inside the script.",
 			"p50, p99: the AllowN round trip as the caller sees it (\"many users\": under concurrent clients).",
 		)

@@ -175,13 +175,13 @@ func TestEstimatedMemory(t *testing.T) {
 	if !strings.HasSuffix(lines[3], "2,664 est.") || strings.Contains(text, "n/a (embedded)") {
 		t.Errorf("estimate not labelled:\n%s", text)
 	}
-	// 10,000 keys of 2,664 bytes plus the keyspace's 24 + 2*8*16384/10000.
-	for _, want := range []string{"Memory projection", "27.1 MB", "2.70 GB", "27.1 GB", "estimate of MEMORY USAGE", "50 B"} {
+	// 10,000 keys of 2,664 bytes plus the keyspace's 8 + 32 + 2*8*16384/10000.
+	for _, want := range []string{"Memory projection", "27.3 MB", "2.72 GB", "27.3 GB", "estimate of MEMORY USAGE", "50 B"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}
 	}
-	if md := write(t, rep, "markdown"); !strings.Contains(md, "| sliding_window_log | 100 | 50 B | 2,664 est. | 27.1 MB | 2.70 GB | 27.1 GB |") {
+	if md := write(t, rep, "markdown"); !strings.Contains(md, "| sliding_window_log | 100 | 50 B | 2,664 est. | 27.3 MB | 2.72 GB | 27.3 GB |") {
 		t.Errorf("markdown projection:\n%s", md)
 	}
 	records, err := csv.NewReader(strings.NewReader(write(t, rep, "csv"))).ReadAll()

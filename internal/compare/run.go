@@ -37,6 +37,10 @@ type vclock struct{ us atomic.Int64 }
 
 func (c *vclock) now() time.Time { return time.UnixMicro(c.us.Load()) }
 
+// settleTime is how long a memory measurement waits for Redis to finish
+// rehashing its keyspace (activerehashing, at the default hz 10).
+const settleTime = 300 * time.Millisecond
+
 // decisionTimeout bounds one decision: far above any healthy round trip,
 // even under the race detector, so that a timeout is a real failure.
 const decisionTimeout = 10 * time.Second
@@ -63,9 +67,19 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 	// time: virtual time never lags real time, and keys on a real Redis
 	// outlive their use (see the package doc).
 	w := r.cfg.Window.Microseconds()
+	//
+	// An odd multiple of the window, so that the sliding log's member names
+	// (which begin with the time modulo two windows) have the same length in
+	// every run: memory per key does not vary from run to run.
 	origin := (time.Now().UnixMicro()/w + 2) * w
+	if origin/w%2 == 0 {
+		origin += w
+	}
 	// A fixed-width job number keeps key names, and so MEMORY USAGE, alike.
 	prefix := fmt.Sprintf("fleetlimit-compare:%s:%04d:", r.runID, j.index)
+	if r.cfg.KeyPrefix != "" {
+		prefix = r.cfg.KeyPrefix
+	}
 	measure := j.store == StoreRedis && !r.srv.Embedded()
 	// Memory per key is measured on a real Redis and estimated on the
 	// embedded one (memoryUsage).
@@ -96,6 +110,16 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 		return Row{}, nil, err
 	}
 	if measure {
+		if p.parallel {
+			// A keyspace that has just grown is still rehashing into its
+			// larger table, both tables allocated; Redis's cron finishes the
+			// move within a few of its 100 ms ticks. Read memory after it.
+			select {
+			case <-time.After(settleTime):
+			case <-ctx.Done():
+				return Row{}, nil, ctx.Err()
+			}
+		}
 		if after, err = r.srv.snapshot(ctx); err != nil {
 			return Row{}, nil, err
 		}

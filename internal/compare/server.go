@@ -250,7 +250,7 @@ func (s *Server) Close() error {
 // master of a cluster.
 type snapshot struct {
 	calls      map[string]int64 // INFO commandstats calls, by command
-	usedMemory int64            // INFO memory used_memory, bytes
+	usedMemory int64            // INFO memory used_memory, less nonKeyMemory where known, bytes
 	keys       int64            // INFO keyspace keys, every database
 }
 
@@ -293,8 +293,12 @@ func (s *Server) snapshot(ctx context.Context) (snapshot, error) {
 }
 
 // readSnapshot reads one node's accounting, as three INFO calls (servers
-// before Redis 7 take one section per call).
-func readSnapshot(ctx context.Context, c redis.Cmdable) (snapshot, error) {
+// before Redis 7 take one section per call), and takes from used_memory
+// what MEMORY STATS says is spent on anything but keys.
+func readSnapshot(ctx context.Context, c interface {
+	redis.Cmdable
+	Do(context.Context, ...any) *redis.Cmd
+}) (snapshot, error) {
 	snap := snapshot{calls: map[string]int64{}}
 	for _, section := range []string{"commandstats", "memory", "keyspace"} {
 		text, err := c.Info(ctx, section).Result()
@@ -305,7 +309,41 @@ func readSnapshot(ctx context.Context, c redis.Cmdable) (snapshot, error) {
 			return snap, err
 		}
 	}
+	// A server that refuses MEMORY STATS is measured by used_memory alone.
+	if stats, err := c.Do(ctx, "MEMORY", "STATS").Result(); err == nil {
+		snap.usedMemory -= nonKeyMemory(stats)
+	}
 	return snap, nil
+}
+
+// nonKeyFields are the MEMORY STATS fields, in bytes, of what Redis spends
+// on anything but keys: the memory it started with, clients' buffers
+// (each job opens clients of its own, whose buffers would otherwise count
+// per key), replication, persistence, scripts.
+var nonKeyFields = []string{"startup.allocated", "replication.backlog", "clients.slaves", "clients.normal",
+	"cluster.links", "aof.buffer", "lua.caches", "functions.caches"}
+
+// nonKeyMemory sums nonKeyFields in a MEMORY STATS reply: a map (RESP3) or
+// a flat list of names and values (RESP2).
+func nonKeyMemory(reply any) int64 {
+	fields := map[string]any{}
+	switch r := reply.(type) {
+	case map[any]any:
+		for k, v := range r {
+			fields[fmt.Sprint(k)] = v
+		}
+	case []any:
+		for i := 0; i+1 < len(r); i += 2 {
+			fields[fmt.Sprint(r[i])] = r[i+1]
+		}
+	}
+	var n int64
+	for _, f := range nonKeyFields {
+		if v, ok := fields[f].(int64); ok {
+			n += v
+		}
+	}
+	return n
 }
 
 // parseInfo adds the fields of one INFO reply that a snapshot keeps.

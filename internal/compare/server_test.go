@@ -14,6 +14,20 @@ import (
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 )
 
+func TestNonKeyMemory(t *testing.T) {
+	flat := []any{"peak.allocated", int64(9), "startup.allocated", int64(800), "clients.normal", int64(40),
+		"lua.caches", int64(2), "db.0", []any{"overhead.hashtable.main", int64(72)}, "keys.count", int64(1)}
+	resp3 := map[any]any{}
+	for i := 0; i < len(flat); i += 2 {
+		resp3[flat[i]] = flat[i+1]
+	}
+	for _, reply := range []any{flat, resp3} {
+		if got := nonKeyMemory(reply); got != 842 {
+			t.Errorf("nonKeyMemory(%v) = %d, want 842 (startup, clients and scripts; not the keys' tables)", reply, got)
+		}
+	}
+}
+
 func TestParseInfo(t *testing.T) {
 	text := "# Commandstats\r\n" +
 		"cmdstat_evalsha:calls=10,usec=300,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n" +
