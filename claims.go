@@ -64,7 +64,7 @@ func describe(s algorithm.Strategy) string {
 	return fmt.Sprintf("%s, %d per %v (script arguments %v)", s.Name(), s.Limit(), s.Window(), s.ScriptArgs())
 }
 
-// claimKeys records that l applies its strategy under its name and its
+// claimKeys records that l applies its decider under its name and its
 // keys, or returns an error wrapping ErrInvalidConfig if a live limiter
 // applies another rule there.
 func claimKeys(l *Limiter) error {
@@ -73,10 +73,12 @@ func claimKeys(l *Limiter) error {
 		return nil
 	}
 	store := v.Pointer()
-	rule, desc := ruleOf(l.strategy), describe(l.strategy)
+	// The decider is what runs on the keys: the strategy, in its penalty box
+	// if any.
+	rule, desc := ruleOf(l.decider), describe(l.decider)
 	keys := []claimKey{
 		{store, l.cfg.prefix, "name " + l.cfg.name},
-		{store, l.cfg.prefix, "tag " + l.strategy.Script().Tag},
+		{store, l.cfg.prefix, "tag " + l.decider.Script().Tag},
 	}
 	claims.mu.Lock()
 	defer claims.mu.Unlock()

@@ -13,8 +13,27 @@ import (
 // cannot (FailLocal): the limiter's strategy scaled to one instance's share,
 // applied in a store of this process.
 type fallback struct {
-	strategy algorithm.Strategy
-	store    store.Store
+	strategy  algorithm.Strategy
+	store     store.Store
+	instances int64
+}
+
+// strategyFor is the fallback's strategy for a decision on s: its own (the
+// limiter's, scaled), or with per-key strategies (perKey, WithStrategyFor)
+// s scaled. A strategy that cannot be scaled is applied at its full limit.
+func (fb *fallback) strategyFor(s algorithm.Strategy, perKey bool) algorithm.Strategy {
+	if !perKey {
+		return fb.strategy
+	}
+	if fb.instances <= 1 {
+		return s
+	}
+	if sc, ok := s.(algorithm.Scaler); ok {
+		if fs := sc.Scaled(fb.instances); fs != nil && fs.Validate() == nil {
+			return fs
+		}
+	}
+	return s
 }
 
 // WithFallback sets how FailLocal (the default policy) decides while the
@@ -81,5 +100,5 @@ func newFallback(s algorithm.Strategy, c *config) (*fallback, error) {
 	if err := fs.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: fallback strategy: %w", ErrInvalidConfig, err)
 	}
-	return &fallback{strategy: fs, store: st}, nil
+	return &fallback{strategy: fs, store: st, instances: instances}, nil
 }

@@ -45,6 +45,12 @@ func MaxTime() time.Time { return time.UnixMicro(maxTimeMicros) }
 type Result struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
+	// Shadow reports a shadow admission: the limiter is in shadow mode
+	// (WithShadow) and admitted a request that it denied. Allowed is then
+	// true and every other field is the denial's (RetryAfter > 0, the
+	// denial's Remaining); nothing was recorded for it, as for any denial.
+	// Adapters let such a request through as admitted.
+	Shadow bool
 	// Limit is the strategy's capacity: limit, or burst for a token bucket.
 	// A sliding log of 100 per minute reports 100.
 	Limit int64
@@ -52,7 +58,8 @@ type Result struct {
 	// never negative. After 3 of 100 are admitted in a window it is 97; a
 	// token bucket reports whole tokens, rounded down.
 	Remaining int64
-	// RetryAfter is 0 when Allowed and > 0 when denied: how long until the
+	// RetryAfter is 0 when Allowed (but for a shadow admission) and > 0
+	// when denied: how long until the
 	// same request would pass with no other traffic. When n can never pass
 	// (n > Limit) it is ResetAfter, or the strategy's window if the key is
 	// already full; retrying will not help.
@@ -61,6 +68,58 @@ type Result struct {
 	// further traffic (0: it already is). For a sliding log admitted just now
 	// it is the window.
 	ResetAfter time.Duration
+
+	limits *[]LimitResult // see Limits; a pointer keeps Result comparable
+}
+
+// Limits returns each member's figures, in order, when the limiter's
+// strategy is a composite (algorithm.All), and nil otherwise. The Result's
+// own Allowed, Limit, Remaining, RetryAfter and ResetAfter are the
+// composite's (see algorithm.All for how they combine the members'). The
+// slice must not be modified. A composite's Results compare equal (==) only
+// to their copies.
+func (r Result) Limits() []LimitResult {
+	if r.limits == nil {
+		return nil
+	}
+	return *r.limits
+}
+
+// LimitResult is one member's figures in a composite decision.
+type LimitResult struct {
+	// Name is the member strategy's name, e.g. "token_bucket".
+	Name string
+	// Limit and Window are the member's (algorithm.Strategy Limit, Window).
+	Limit  int64
+	Window time.Duration
+	// Remaining, RetryAfter and ResetAfter are as in Result, for this
+	// member alone. A member that would have admitted a denied request
+	// shows its figures uncharged, with RetryAfter 0.
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+}
+
+// resultOf is the Result of s's decision d.
+func resultOf(s algorithm.Strategy, d algorithm.Decision) Result {
+	if u, ok := s.(interface{ Unwrap() algorithm.Strategy }); ok {
+		s = u.Unwrap() // a penalty box: its members are its strategy's
+	}
+	r := Result{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
+	ds := d.Members()
+	if len(ds) == 0 {
+		return r
+	}
+	c, ok := s.(algorithm.Composite)
+	if !ok || len(c.Members()) != len(ds) {
+		return r
+	}
+	limits := make([]LimitResult, len(ds))
+	for i, m := range c.Members() {
+		limits[i] = LimitResult{Name: m.Name(), Limit: m.Limit(), Window: m.Window(), Remaining: ds[i].Remaining, RetryAfter: ds[i].RetryAfter, ResetAfter: ds[i].ResetAfter}
+	}
+	r.limits = &limits
+	return r
 }
 
 // FailurePolicy decides a request when the store cannot. The zero value is
@@ -129,6 +188,7 @@ const DefaultKeyPrefix = "ratelimit:"
 // A Limiter is safe for concurrent use.
 type Limiter struct {
 	strategy algorithm.Strategy
+	decider  algorithm.Strategy // strategy, in its penalty box (WithPenalty) if any
 	store    store.Store
 	fallback *fallback // nil without WithFallback
 	cfg      config
@@ -162,14 +222,20 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if err := cfg.validate(s); err != nil {
 		return nil, err
 	}
-	fb, err := newFallback(s, &cfg)
+	decider := s
+	if p := cfg.penalty; p != nil {
+		if decider = algorithm.Penalize(s, *p); decider.Validate() != nil {
+			return nil, fmt.Errorf("%w: WithPenalty: %w", ErrInvalidConfig, decider.Validate())
+		}
+	}
+	fb, err := newFallback(decider, &cfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.breaker == nil && !cfg.noBreaker {
 		cfg.breaker = newDefaultBreaker()
 	}
-	l := &Limiter{strategy: s, store: st, fallback: fb, cfg: cfg}
+	l := &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg}
 	if err := claimKeys(l); err != nil {
 		return nil, err
 	}
@@ -187,6 +253,10 @@ func (l *Limiter) KeyPrefix() string { return l.cfg.prefix }
 
 // Policy returns the limiter's failure policy.
 func (l *Limiter) Policy() FailurePolicy { return l.cfg.policy }
+
+// Shadow reports whether the limiter is in shadow mode (WithShadow):
+// adapters then leave out rate-limit headers unless told to send them.
+func (l *Limiter) Shadow() bool { return l.cfg.shadow }
 
 // Breaker returns the limiter's circuit breaker (WithBreaker; by default one
 // of its own), or nil after WithoutBreaker.
@@ -230,14 +300,31 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if l.cfg.observer != nil {
 		return l.observed(ctx, key, n)
 	}
-	res, _, err := l.decide(ctx, key, n)
+	res, o, err := l.decide(ctx, key, n)
+	if l.cfg.shadow {
+		res = shadowed(res, o)
+	}
 	return res, err
+}
+
+// shadowed is the Result of a shadow limiter's decision res (see
+// WithShadow): a denial becomes a shadow admission, unless the caller is
+// gone or the input was invalid (no decision was made).
+func shadowed(res Result, o outcome) Result {
+	if !res.Allowed && !o.invalid() && o.by() != DecidedByCaller {
+		res.Allowed, res.Shadow = true, true
+	}
+	return res
 }
 
 // observed makes a decision and tells the observer about it.
 func (l *Limiter) observed(ctx context.Context, key string, n int64) (Result, error) {
 	start := time.Now()
 	res, o, err := l.decide(ctx, key, n)
+	out := res
+	if l.cfg.shadow {
+		out = shadowed(res, o)
+	}
 	if !o.invalid() {
 		route, _ := ctx.Value(routeKey{}).(string)
 		l.cfg.observer.Observe(Event{
@@ -247,15 +334,17 @@ func (l *Limiter) observed(ctx context.Context, key string, n int64) (Result, er
 			Key:         key,
 			N:           n,
 			Allowed:     res.Allowed,
+			Shadow:      out.Shadow,
 			Remaining:   res.Remaining,
 			Latency:     time.Since(start),
 			Err:         err,
 			Policy:      l.cfg.policy,
 			DecidedBy:   o.by(),
 			CircuitOpen: o.circuitOpen(),
+			Breaker:     l.cfg.breaker,
 		})
 	}
-	return res, err
+	return out, err
 }
 
 // outcome says how a decision was made, for the observer: a Decider in the
@@ -288,6 +377,11 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	}
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(key, err)
+	}
+	if l.cfg.strategyFor != nil {
+		if req.Strategy, err = l.deciderFor(ctx, key); err != nil {
+			return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
+		}
 	}
 	// The breaker's closed path is written out here rather than called: the
 	// key's circuit, then two atomic loads and no clock (see Breaker).
@@ -327,7 +421,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(key, err)
 	}
-	return Result(d), outcome(DecidedByStore), nil
+	return resultOf(req.Strategy, d), outcome(DecidedByStore), nil
 }
 
 // callerGone is the decision for a caller whose context is done: denied,
@@ -357,7 +451,7 @@ func (l *Limiter) request(key string, n int64) (store.Request, error) {
 		return store.Request{}, fmt.Errorf("%w: %d, want 1 to 2^53", ErrInvalidCost, n)
 	}
 	req := store.Request{
-		Strategy: l.strategy,
+		Strategy: l.decider,
 		Prefix:   l.cfg.prefix,
 		Key:      key,
 		N:        n,
@@ -385,10 +479,10 @@ func checkKey(key string) error {
 // the policy; err (wrapping ErrStoreUnavailable) is returned either way.
 func (l *Limiter) degraded(ctx context.Context, req store.Request, err error, circuitOpen bool) (Result, outcome, error) {
 	if fb := l.fallback; fb != nil {
-		req.Strategy = fb.strategy
+		req.Strategy = fb.strategyFor(req.Strategy, l.cfg.strategyFor != nil)
 		d, ferr := fb.store.Decide(ctx, req)
 		if ferr == nil {
-			return Result(d), decidedBy(DecidedByFallback, circuitOpen), err
+			return resultOf(req.Strategy, d), decidedBy(DecidedByFallback, circuitOpen), err
 		}
 		err = fmt.Errorf("%w (and the fallback failed: %w)", err, ferr)
 	}
@@ -417,12 +511,15 @@ type config struct {
 	clock     func() time.Time
 	policy    FailurePolicy
 	timeout   time.Duration
+	shadow    bool
 
 	breaker           *Breaker // nil: a breaker of its own, unless noBreaker
 	noBreaker         bool
 	observer          Observer
 	fallbackStore     store.Store
 	fallbackInstances int64
+	strategyFor       func(context.Context, string) (algorithm.Strategy, error)
+	penalty           *algorithm.Penalty
 
 	errs []error
 }
@@ -587,4 +684,16 @@ func WithObserver(o Observer) Option {
 		}
 		c.observer = o
 	})
+}
+
+// WithShadow puts the limiter in shadow mode, to roll a new limit out
+// safely: it decides and records exactly as it would otherwise (the store
+// holds the same state, the breaker and the failure policy apply), and the
+// Observer sees every decision as made, denials included ("would deny":
+// Event.Allowed false, Event.Shadow true), but a denial is returned as a
+// shadow admission: Allowed true and Shadow true (see Result.Shadow). This
+// covers denials by the failure policy too. A caller whose context is done
+// is still denied: that is not the limit's decision. Default: off.
+func WithShadow() Option {
+	return option(func(c *config) { c.shadow = true })
 }

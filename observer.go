@@ -42,8 +42,13 @@ type Event struct {
 	Key string
 	// N is the cost charged.
 	N int64
-	// Allowed and Remaining are those of the Result AllowN returned.
-	Allowed   bool
+	// Allowed is the decision, and Remaining the Remaining of the Result
+	// AllowN returned. For a shadow admission Allowed is false: the
+	// limiter would have denied the request (see Shadow).
+	Allowed bool
+	// Shadow reports a shadow admission (WithShadow): the decision denied
+	// the request, and the limiter admitted it (Result.Shadow).
+	Shadow    bool
 	Remaining int64
 	// Latency is how long the decision took, the store's round trip
 	// included, on the monotonic clock (never the WithClock clock).
@@ -63,6 +68,10 @@ type Event struct {
 	// CircuitOpen reports that the circuit breaker kept the store out of
 	// this decision: the store was not called.
 	CircuitOpen bool
+	// Breaker is the limiter's circuit breaker (nil after WithoutBreaker),
+	// for observers that report its State, e.g. as a metric read when it is
+	// scraped. The same for every decision of one limiter.
+	Breaker *Breaker
 }
 
 // routeKey is the context key of ContextWithRoute.

@@ -41,7 +41,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, err)
 	}
-	req := store.Request{Strategy: l.strategy, Prefix: l.cfg.prefix, Key: key, Timeout: l.cfg.timeout}
+	req := store.Request{Strategy: l.decider, Prefix: l.cfg.prefix, Key: key, Timeout: l.cfg.timeout}
 	if err := rs.Reset(ctx, req); err != nil {
 		if cerr := doneErr(ctx); cerr != nil {
 			return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, cerr)
@@ -96,10 +96,13 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	if fb := l.fallback; fb != nil {
 		v.fallback = nil // the policy decides if the fallback cannot peek
 		if fp, ok := fb.store.(store.Peeker); ok {
-			v.fallback = &fallback{strategy: fb.strategy, store: peekStore{fp}}
+			v.fallback = &fallback{strategy: fb.strategy, store: peekStore{fp}, instances: fb.instances}
 		}
 	}
-	res, _, err := v.decide(ctx, key, n)
+	res, o, err := v.decide(ctx, key, n)
+	if l.cfg.shadow {
+		res = shadowed(res, o)
+	}
 	return res, err
 }
 

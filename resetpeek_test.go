@@ -37,9 +37,10 @@ func resetPeekBackends(t *testing.T) []proptest.Backend {
 // requests), and every other key's equal those of the same timeline without
 // the reset.
 func TestPropertyReset(t *testing.T) {
-	proptest.CheckEntries(t, resetPeekBackends(t), func(b proptest.Backend, s proptest.Scenario) (string, error) {
-		return checkReset(b.Store, s)
-	})
+	bs := resetPeekBackends(t)
+	check := func(b proptest.Backend, s proptest.Scenario) (string, error) { return checkReset(b.Store, s) }
+	proptest.CheckEntries(t, bs, check)
+	proptest.CheckComposites(t, bs, check)
 }
 
 func checkReset(st store.Store, s proptest.Scenario) (string, error) {
@@ -88,7 +89,7 @@ func checkReset(st store.Store, s proptest.Scenario) (string, error) {
 		if o.Key == key {
 			want, of, fresh = fresh[0].Res, "a fresh key", fresh[1:]
 		}
-		if o.Res != want {
+		if !proptest.SameResult(o.Res, want) {
 			return fmt.Sprintf("request %d (%q n=%d at +%v), after resetting %q before request %d: %+v, want %+v, as for %s",
 				k+i, o.Key, o.N, o.At.Sub(s.Base), key, k, o.Res, want, of), nil
 		}
@@ -223,9 +224,9 @@ func TestResetFallback(t *testing.T) {
 // the peek (the TTL only runs down); and the decisions equal those of the
 // same timeline decided without peeks.
 func TestPropertyPeek(t *testing.T) {
-	proptest.CheckEntries(t, resetPeekBackends(t), func(b proptest.Backend, s proptest.Scenario) (string, error) {
-		return checkPeek(b, s)
-	})
+	bs := resetPeekBackends(t)
+	proptest.CheckEntries(t, bs, checkPeek)
+	proptest.CheckComposites(t, bs, checkPeek)
 }
 
 func checkPeek(b proptest.Backend, s proptest.Scenario) (string, error) {
@@ -239,7 +240,7 @@ func checkPeek(b proptest.Backend, s proptest.Scenario) (string, error) {
 		return "", err
 	}
 	for i, ev := range evs {
-		before, err := redisState(b, peeked.RedisKey(ev.Key))
+		before, err := redisStates(b, peeked.RedisKeys(ev.Key))
 		if err != nil {
 			return "", err
 		}
@@ -247,21 +248,21 @@ func checkPeek(b proptest.Backend, s proptest.Scenario) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		after, err := redisState(b, peeked.RedisKey(ev.Key))
+		after, err := redisStates(b, peeked.RedisKeys(ev.Key))
 		if err != nil {
 			return "", err
 		}
-		if msg := sameState(before, after); msg != "" {
+		if msg := sameStates(before, after); msg != "" {
 			return fmt.Sprintf("request %d (%q n=%d at +%v): the peek changed the key: %s", i, ev.Key, ev.N, ev.At.Sub(s.Base), msg), nil
 		}
 		d, err := peeked.At(ev)
 		if err != nil {
 			return "", err
 		}
-		if p != d {
+		if !proptest.SameResult(p, d) {
 			return fmt.Sprintf("request %d (%q n=%d at +%v): peek %+v, then AllowN %+v", i, ev.Key, ev.N, ev.At.Sub(s.Base), p, d), nil
 		}
-		if d != plain[i].Res {
+		if !proptest.SameResult(d, plain[i].Res) {
 			return fmt.Sprintf("request %d (%q n=%d at +%v): %+v after peeks, %+v without", i, ev.Key, ev.N, ev.At.Sub(s.Base), d, plain[i].Res), nil
 		}
 	}
@@ -296,6 +297,28 @@ func redisState(b proptest.Backend, key string) (keyState, error) {
 	}
 	ttl, err := b.Client.PTTL(bg, key).Result()
 	return keyState{fmt.Sprintf("%s %v", typ, v), ttl}, err
+}
+
+// redisStates is redisState of each key.
+func redisStates(b proptest.Backend, keys []string) ([]keyState, error) {
+	states := make([]keyState, len(keys))
+	for i, k := range keys {
+		var err error
+		if states[i], err = redisState(b, k); err != nil {
+			return nil, err
+		}
+	}
+	return states, nil
+}
+
+// sameStates is sameState of each key's before and after.
+func sameStates(before, after []keyState) string {
+	for i := range before {
+		if msg := sameState(before[i], after[i]); msg != "" {
+			return fmt.Sprintf("key %d: %s", i, msg)
+		}
+	}
+	return ""
 }
 
 // sameState says how after differs from before, when it does by more than

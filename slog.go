@@ -31,6 +31,8 @@ func (o slogObserver) Observe(e Event) {
 		level, msg = slog.LevelInfo, "rate limit: caller gone, denied"
 	case e.Degraded():
 		level, msg = slog.LevelWarn, "rate limit: degraded decision, store unavailable"
+	case e.Shadow:
+		level, msg = slog.LevelInfo, "rate limit: denied (shadow: admitted)"
 	case !e.Allowed:
 		level, msg = slog.LevelInfo, "rate limit: denied"
 	}
@@ -38,7 +40,7 @@ func (o slogObserver) Observe(e Event) {
 	if !o.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 13)
+	attrs := make([]slog.Attr, 0, 14)
 	attrs = append(attrs, slog.String("name", e.Name))
 	if e.Route != "" {
 		attrs = append(attrs, slog.String("route", e.Route))
@@ -51,6 +53,9 @@ func (o slogObserver) Observe(e Event) {
 		slog.Int64("remaining", e.Remaining),
 		slog.Duration("latency", e.Latency),
 	)
+	if e.Shadow {
+		attrs = append(attrs, slog.Bool("shadow", true))
+	}
 	if e.Degraded() {
 		attrs = append(attrs,
 			slog.String("error", e.Err.Error()),

@@ -148,30 +148,9 @@ func checkAgainstXTimeRate(outs []proptest.Outcome, sc proptest.StratCase) strin
 	return ""
 }
 
-// checkTokenBucketBound checks sum*per <= burst*per + rate*d over every pair
-// of admissions of a key, in integer microseconds.
+// checkTokenBucketBound checks burst + rate·d/per over every interval d.
 func checkTokenBucketBound(outs []proptest.Outcome, sc proptest.StratCase) string {
-	per := sc.Per.Microseconds()
-	for key, ko := range proptest.OutcomesByKey(outs) {
-		var adm []proptest.Outcome
-		for _, o := range ko {
-			if o.Res.Allowed {
-				adm = append(adm, o)
-			}
-		}
-		for i := range adm {
-			var sum int64
-			for j := i; j < len(adm); j++ {
-				sum += adm[j].N
-				d := adm[j].At.UnixMicro() - adm[i].At.UnixMicro()
-				if sum*per > sc.Burst*per+sc.Rate*d {
-					return fmt.Sprintf("key %q: admitted %d within %v, more than burst %d + rate*d/per = %.3f",
-						key, sum, adm[j].At.Sub(adm[i].At), sc.Burst, float64(sc.Burst)+float64(sc.Rate*d)/float64(per))
-				}
-			}
-		}
-	}
-	return ""
+	return proptest.TokenBucketBound(outs, sc.Rate, sc.Per, sc.Burst)
 }
 
 // TestPropertyFixedWindow: the fixed window admits at most the limit in each

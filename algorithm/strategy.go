@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -46,6 +47,19 @@ type Decision struct {
 	// ResetAfter is how long until the key is back at full capacity with no
 	// further traffic; 0 when it already is. Redis keys expire after it.
 	ResetAfter time.Duration
+
+	members *[]Decision // see Members; a pointer keeps Decision comparable
+}
+
+// Members returns each member's decision, in order, when d is a
+// Composite's (see All), and nil otherwise. The slice must not be
+// modified. A Composite's decisions compare equal (==) only to their
+// copies.
+func (d Decision) Members() []Decision {
+	if d.members == nil {
+		return nil
+	}
+	return *d.members
 }
 
 // State is the per-key state that an in-process store keeps for a strategy.
@@ -113,6 +127,11 @@ type Script struct {
 	Tag string
 	// Source is the Lua program.
 	Source string
+	// Keys are the suffixes of the keys the script reads and writes, in
+	// KEYS order, each used as Tag is (the Redis store passes
+	// prefix + "{" + key + "}:" + suffix). nil means one key, Tag: every
+	// single strategy. A Composite has one per member.
+	Keys []string
 	// SHA1 is the hex SHA-1 digest of Source, for EVALSHA.
 	SHA1 string
 	// Peeks reports that Source honours the calling convention's peek flag
@@ -187,4 +206,10 @@ func neverPassable(reset, window int64) int64 {
 		return reset
 	}
 	return window
+}
+
+// isNilPointer reports whether v holds a nil pointer.
+func isNilPointer(v any) bool {
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }

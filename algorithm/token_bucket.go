@@ -88,9 +88,9 @@ func (s *tokenBucket) Validate() error {
 
 // tokenBucketState is the Go twin of the Redis value: the bucket is full
 // again at tat - e/r microseconds (tat is rounded up, 0 <= e < r); tat <= now
-// means full.
+// means full. r is the R of the bucket that wrote e (0 when e is 0).
 type tokenBucketState struct {
-	tat, e int64
+	tat, e, r int64
 }
 
 func (st *tokenBucketState) FullAt() int64 { return st.tat }
@@ -106,20 +106,27 @@ func (s *tokenBucket) Decide(state State, now time.Time, n int64) (Decision, err
 		return Decision{}, s.Validate()
 	}
 	t := now.UnixMicro()
+	e := st.e
+	if st.r != s.r {
+		// e is in the units of a bucket of another rate (a per-key tier,
+		// fleetlimit.WithStrategyFor): leave it out, which counts the debt
+		// up to a microsecond's refill high, never low.
+		e = 0
+	}
 	// debt is the capacity minus the level, in units.
 	var debt int64
 	if st.tat > t {
 		if st.tat-t > s.fill {
 			debt = s.capacity // a clock far behind sees an empty bucket
 		} else {
-			debt = min((st.tat-t)*s.r-st.e, s.capacity)
+			debt = min((st.tat-t)*s.r-e, s.capacity)
 		}
 	}
 	d := Decision{Limit: s.burst}
 	if n <= s.burst && debt+n*s.p <= s.capacity {
 		debt += n * s.p
 		wait := ceilDiv(debt, s.r) // µs until full again
-		st.tat, st.e = t+wait, wait*s.r-debt
+		st.tat, st.e, st.r = t+wait, wait*s.r-debt, s.r
 		d.Allowed = true
 		d.Remaining = (s.capacity - debt) / s.p
 		d.ResetAfter = duration(wait)

@@ -11,6 +11,7 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
+	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // TestPropertyTwinAgreement: for every registered algorithm, its Go rule (run
@@ -30,49 +31,54 @@ func TestPropertyTwinAgreement(t *testing.T) {
 			for _, b := range bs {
 				t.Run(b.Name, func(t *testing.T) {
 					g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return twinCase(e, b, r) }, true)
-					proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) {
-						if err := s.Strat.S.Validate(); err != nil {
-							return "", err
-						}
-						goRule, err := proptest.NewRig(mem, s.Strat.S)
-						if err != nil {
-							return "", err
-						}
-						lua, err := proptest.NewRig(b.Store, s.Strat.S)
-						if err != nil {
-							return "", err
-						}
-						for i, ev := range s.Events() {
-							// Each request is peeked at, then decided.
-							for _, op := range []struct {
-								what string
-								run  func(*proptest.Rig, proptest.Event) (fleetlimit.Result, error)
-							}{{"peek at", (*proptest.Rig).Peek}, {"decision of", (*proptest.Rig).At}} {
-								g, err := op.run(goRule, ev)
-								if err != nil {
-									return "", err
-								}
-								l, err := op.run(lua, ev)
-								if err != nil {
-									return "", err
-								}
-								if g != l {
-									return fmt.Sprintf("%s request %d (%q n=%d at +%v): Go rule %+v, Lua script %+v",
-										op.what, i, ev.Key, ev.N, ev.At.Sub(s.Base), g, l), nil
-								}
-							}
-						}
-						return "", nil
-					}, g))
+					proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) { return checkTwins(mem, b, s) }, g))
 				})
 			}
 		})
 	}
 }
 
+// checkTwins runs s on the Go rule (mem) and on the Lua script (b), peeking
+// at each request and then deciding it, and reports the first Result that
+// differs.
+func checkTwins(mem *store.Memory, b proptest.Backend, s proptest.Scenario) (string, error) {
+	if err := s.Strat.S.Validate(); err != nil {
+		return "", err
+	}
+	goRule, err := proptest.NewRig(mem, s.Strat.S)
+	if err != nil {
+		return "", err
+	}
+	lua, err := proptest.NewRig(b.Store, s.Strat.S)
+	if err != nil {
+		return "", err
+	}
+	for i, ev := range s.Events() {
+		// Each request is peeked at, then decided.
+		for _, op := range []struct {
+			what string
+			run  func(*proptest.Rig, proptest.Event) (fleetlimit.Result, error)
+		}{{"peek at", (*proptest.Rig).Peek}, {"decision of", (*proptest.Rig).At}} {
+			g, err := op.run(goRule, ev)
+			if err != nil {
+				return "", err
+			}
+			l, err := op.run(lua, ev)
+			if err != nil {
+				return "", err
+			}
+			if !proptest.SameResult(g, l) {
+				return fmt.Sprintf("%s request %d (%q n=%d at +%v): Go rule %+v %+v, Lua script %+v %+v",
+					op.what, i, ev.Key, ev.N, ev.At.Sub(s.Base), g, g.Limits(), l, l.Limits()), nil
+			}
+		}
+	}
+	return "", nil
+}
+
 // twinCase is proptest.EntryCase, and for the token bucket half the time any
 // rate, period and burst, so that rates that do not divide the period (the
-// "<tat>:<e>" encoding) and large unit counts are compared too. On the real
+// "<tat>:<e>:<R>" encoding) and large unit counts are compared too. On the real
 // server a token still takes at least a second.
 func twinCase(e algorithm.Entry, b proptest.Backend, r *rand.Rand) proptest.StratCase {
 	if e.Name != "token_bucket" || r.Intn(2) == 0 {

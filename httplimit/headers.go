@@ -3,8 +3,6 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/fleetlimit/fleetlimit"
 )
@@ -24,94 +22,30 @@ const (
 	HeaderRateLimit       = "RateLimit"
 )
 
-// ceilSeconds is d in whole seconds, rounded up; 0 for d <= 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-// retryAfterSeconds is the Retry-After of a denial: whole seconds, rounded
-// up, at least 1 (a denial is never "retry now").
-func retryAfterSeconds(d time.Duration) int64 { return max(1, ceilSeconds(d)) }
-
-// headerValues are the parts of a limiter's headers that never change,
-// built once per middleware.
-type headerValues struct {
-	limit  string // X-RateLimit-Limit
-	policy string // RateLimit-Policy: "name";q=100;w=60
-	item   string // the start of RateLimit: "name";r=
-}
-
-// newHeaderValues builds the static header values of a limiter named name
-// with strategy limit and window. The window is given as w only when it is
-// a whole number of seconds: the draft has no sub-second windows, and a
-// rounded one would misstate the policy.
-func newHeaderValues(name string, limit int64, window time.Duration) headerValues {
-	item := sfString(name)
-	policy := item + ";q=" + strconv.FormatInt(limit, 10)
-	if window >= time.Second && window%time.Second == 0 {
-		policy += ";w=" + strconv.FormatInt(int64(window/time.Second), 10)
-	}
-	return headerValues{
-		limit:  strconv.FormatInt(limit, 10),
-		policy: policy,
-		item:   item + ";r=",
-	}
-}
-
-// sfString serializes s as an RFC 8941 sf-string: in double quotes, with '"'
-// and '\' escaped. Bytes outside printable ASCII, which an sf-string cannot
-// hold, become '_'.
-func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('_')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-// setLimitHeaders writes the headers of a decision the store made.
-//
-// RateLimit's t is the time until more quota is available, as the draft
-// defines it, chosen so that it never contradicts the other fields: on an
-// admission it is X-RateLimit-Reset (by then all of the quota is back); on a
-// denial that a retry can pass (retry) it is Retry-After (by then this
-// request would pass), because the draft says Retry-After should not point
-// earlier than t. A denial no retry can pass gets no Retry-After, and t is
-// X-RateLimit-Reset.
+// setLimitHeaders writes the headers of a decision the store made;
+// canPass is false for a request that can never pass (see
+// ratelimitheader.Policy.Fields, which says how RateLimit's t is chosen).
 //
 // Stacked middlewares (a global limiter around a per-user one) each add
 // their member to RateLimit-Policy and RateLimit, which the draft defines
 // as lists; X-RateLimit-* hold one limit, so they keep the tightest: the one
-// with the least Remaining.
-func (hv *headerValues) setLimitHeaders(h http.Header, res fleetlimit.Result, draft, retry bool) {
-	reset := ceilSeconds(res.ResetAfter)
-	if tighter(h, res.Remaining) {
-		h.Set(HeaderRateLimitLimit, hv.limit)
-		h.Set(HeaderRateLimitRemaining, strconv.FormatInt(res.Remaining, 10))
-		h.Set(HeaderRateLimitReset, strconv.FormatInt(reset, 10))
+// with the least Remaining. A composite limiter (algorithm.All) lists
+// every member in RateLimit-Policy and reports its tightest member in
+// RateLimit and X-RateLimit-* (Result.Limit and Remaining are that
+// member's).
+func (m *middleware) setLimitHeaders(h http.Header, res fleetlimit.Result, canPass bool) {
+	f := m.policy.Fields(res, canPass)
+	if tighter(h, f.Remaining) {
+		h.Set(HeaderRateLimitLimit, f.Limit)
+		h.Set(HeaderRateLimitRemaining, strconv.FormatInt(f.Remaining, 10))
+		h.Set(HeaderRateLimitReset, strconv.FormatInt(f.Reset, 10))
 	}
-	t := reset
-	if !res.Allowed && retry {
-		t = retryAfterSeconds(res.RetryAfter)
-		h.Set(HeaderRetryAfter, strconv.FormatInt(t, 10))
+	if f.RetryAfter > 0 {
+		h.Set(HeaderRetryAfter, strconv.FormatInt(f.RetryAfter, 10))
 	}
-	if draft {
-		h.Add(HeaderRateLimitPolicy, hv.policy)
-		h.Add(HeaderRateLimit, hv.item+strconv.FormatInt(res.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+	if m.draft {
+		h.Add(HeaderRateLimitPolicy, f.Policy)
+		h.Add(HeaderRateLimit, f.RateLimit)
 	}
 }
 
@@ -130,11 +64,11 @@ func tighter(h http.Header, remaining int64) bool {
 // make: only what is known without it — the limit and the policy. Remaining,
 // reset and the RateLimit field are omitted rather than guessed: the shared
 // count is unknown, and a fallback's local count is not the client's quota.
-func (hv *headerValues) setDegradedHeaders(h http.Header, draft bool) {
+func (m *middleware) setDegradedHeaders(h http.Header) {
 	if h.Get(HeaderRateLimitLimit) == "" {
-		h.Set(HeaderRateLimitLimit, hv.limit)
+		h.Set(HeaderRateLimitLimit, m.policy.Limit())
 	}
-	if draft {
-		h.Add(HeaderRateLimitPolicy, hv.policy)
+	if m.draft {
+		h.Add(HeaderRateLimitPolicy, m.policy.String())
 	}
 }

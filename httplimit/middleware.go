@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/ratelimitheader"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -30,6 +31,9 @@ import (
 //     ("name";r=42;t=18) already set;
 //   - denied: 429 Too Many Requests with the same headers and Retry-After
 //     (whole seconds, rounded up, at least 1);
+//   - a shadow admission (fleetlimit.WithShadow): the next handler runs;
+//     a shadow limiter sends no rate-limit headers unless
+//     WithShadowHeaders(true);
 //   - cost above the limit (WithCost): 413 Content Too Large, no Retry-After:
 //     waiting will not help;
 //   - store unavailable: the decision is degraded (see Limiter.AllowN). If
@@ -93,8 +97,8 @@ func NewMiddleware(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (func(htt
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: httplimit: %w", fleetlimit.ErrInvalidConfig, errors.Join(errs...))
 	}
-	s := l.Strategy()
-	m.hv = newHeaderValues(l.Name(), s.Limit(), s.Window())
+	m.policy = ratelimitheader.ForLimiter(l)
+	m.headers = !l.Shadow() || m.shadowHeaders
 	return m.wrap, nil
 }
 
@@ -120,6 +124,16 @@ func WithRoute(route string) Option {
 // elsewhere: otherwise leaving the key out is a way around the limit.
 func WithKeyErrorPassThrough() Option {
 	return option(func(m *middleware, _ *[]error) { m.passOnKeyError = true })
+}
+
+// WithShadowHeaders sends the rate-limit headers of a shadow limiter
+// (fleetlimit.WithShadow) as if it enforced its limit, without Retry-After:
+// its requests are all let through, a shadow admission as an admission with
+// the denial's Remaining and Reset. Default: off, so that clients are not
+// told of a limit that is not in force. Limiters that are not in shadow
+// mode always send headers.
+func WithShadowHeaders(on bool) Option {
+	return option(func(m *middleware, _ *[]error) { m.shadowHeaders = on })
 }
 
 // WithDraftHeaders turns the IETF draft fields RateLimit-Policy and RateLimit
@@ -248,8 +262,10 @@ type middleware struct {
 	route          string
 	passOnKeyError bool
 	draft          bool
+	shadowHeaders  bool // WithShadowHeaders
+	headers        bool // send rate-limit headers: not a shadow limiter, or shadowHeaders
 	deny           DenialWriter
-	hv             headerValues
+	policy         ratelimitheader.Policy
 }
 
 func (m *middleware) wrap(next http.Handler) http.Handler {
@@ -294,7 +310,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		// A request costing more than the limit can never pass: its headers
 		// describe the quota alone, with no Retry-After to invite a retry.
 		never := !res.Allowed && n > res.Limit
-		m.hv.setLimitHeaders(w.Header(), res, m.draft, !never)
+		if m.headers {
+			m.setLimitHeaders(w.Header(), res, !never)
+		}
 		switch {
 		case res.Allowed:
 			next.ServeHTTP(w, r)
@@ -302,7 +320,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			m.deny(w, r, Denial{Status: http.StatusRequestEntityTooLarge, Name: m.l.Name(), Result: res,
 				Detail: fmt.Sprintf("request cost %d exceeds the limit %d", n, res.Limit)})
 		default:
-			secs := retryAfterSeconds(res.RetryAfter)
+			secs := ratelimitheader.RetryAfter(res.RetryAfter)
 			m.deny(w, r, Denial{Status: http.StatusTooManyRequests, Name: m.l.Name(), Result: res,
 				Detail: "rate limit exceeded: retry in " + plural(secs, "second")})
 		}
@@ -313,12 +331,14 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			Detail: "rate limiter misconfigured"})
 	default:
 		// Degraded: the store did not decide (or the client went away).
-		m.hv.setDegradedHeaders(w.Header(), m.draft)
+		if m.headers {
+			m.setDegradedHeaders(w.Header())
+		}
 		if res.Allowed {
 			next.ServeHTTP(w, r)
 			return
 		}
-		secs := retryAfterSeconds(res.RetryAfter)
+		secs := ratelimitheader.RetryAfter(res.RetryAfter)
 		w.Header().Set(HeaderRetryAfter, strconv.FormatInt(secs, 10))
 		m.deny(w, r, Denial{Status: http.StatusServiceUnavailable, Name: m.l.Name(), Result: res, Err: err,
 			Detail: "rate limiter unavailable: retry in " + plural(secs, "second")})

@@ -426,3 +426,54 @@ func TestMiddlewareStacked(t *testing.T) {
 		}
 	}
 }
+
+// TestMiddlewareComposite: a limiter of several limits (algorithm.All) lists
+// every member in RateLimit-Policy, a valid RFC 9651 list, and reports the
+// tightest member in RateLimit and X-RateLimit-*: here the burst of 3 until
+// it is spent; then, on a later second, the day's 5 that remain tighter
+// than the refilled burst.
+func TestMiddlewareComposite(t *testing.T) {
+	mem := store.NewMemory()
+	defer mem.Close()
+	now := proptest.Epoch
+	l, err := fleetlimit.New(algorithm.All(
+		algorithm.TokenBucket(3, time.Second, 3),
+		algorithm.SlidingWindowLog(5, 24*time.Hour),
+	), mem, fleetlimit.WithName("api"), fleetlimit.WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+	srv := serve(t, httplimit.Middleware(l, httplimit.KeyByHeader("X-User"))(okHandler))
+	for i, c := range []struct {
+		after       time.Duration
+		status      int
+		item        string
+		remaining   int64
+		limit, xrem string
+	}{
+		{0, http.StatusOK, "api.token_bucket", 2, "3", "2"},
+		{0, http.StatusOK, "api.token_bucket", 1, "3", "1"},
+		{0, http.StatusOK, "api.token_bucket", 0, "3", "0"},
+		{0, http.StatusTooManyRequests, "api.token_bucket", 0, "3", "0"},
+		{time.Second, http.StatusOK, "api.sliding_window_log", 1, "5", "1"},
+		{0, http.StatusOK, "api.sliding_window_log", 0, "5", "0"},
+		{time.Second, http.StatusTooManyRequests, "api.sliding_window_log", 0, "5", "0"},
+	} {
+		now = now.Add(c.after)
+		resp := get(t, srv, "X-User", "alice")
+		require.Equal(t, c.status, resp.status, "request %d", i)
+		policy, err := parseSFList(strings.Join(resp.header.Values("RateLimit-Policy"), ", "))
+		require.NoError(t, err)
+		require.Len(t, policy, 2, "request %d: one policy per member", i)
+		require.Equal(t, []any{"api.token_bucket", "api.sliding_window_log"}, []any{policy[0].Value, policy[1].Value})
+		q0, _ := policy[0].param("q")
+		w1, _ := policy[1].param("w")
+		require.Equal(t, []any{int64(3), int64(86400)}, []any{q0, w1})
+		limits, err := parseSFList(resp.header.Get("RateLimit"))
+		require.NoError(t, err)
+		require.Len(t, limits, 1, "request %d", i)
+		require.Equal(t, c.item, limits[0].Value, "request %d: the tightest member", i)
+		r, _ := limits[0].param("r")
+		require.Equal(t, c.remaining, r, "request %d", i)
+		require.Equal(t, c.limit, resp.header.Get("X-RateLimit-Limit"), "request %d", i)
+		require.Equal(t, c.xrem, resp.header.Get("X-RateLimit-Remaining"), "request %d", i)
+	}
+}

@@ -21,6 +21,8 @@
 //	           without the flag the last argument never reads as one.
 //
 // and returns {allowed (1 or 0), remaining, retry_after_us, reset_after_us}.
+// A composite (algorithm.All, all.lua) takes one key per member and returns
+// those four for each member in turn.
 // A script that honours the peek flag says so with algorithm.Script.Peeks;
 // one that does not (a custom strategy's, written before it) is never sent
 // it.
@@ -53,3 +55,17 @@ var slidingWindowCounter string
 
 // SlidingWindowCounter returns the Lua twin of algorithm.SlidingWindowCounter.
 func SlidingWindowCounter() string { return slidingWindowCounter }
+
+//go:embed all.lua
+var all string
+
+// All returns the driver of algorithm.All's script, which the composite
+// completes with its members' scripts (see all.lua for how).
+func All() string { return all }
+
+//go:embed penalty.lua
+var penalty string
+
+// Penalty returns the driver of algorithm.Penalize's script, which the
+// penalty box completes with its inner strategy's script (see penalty.lua).
+func Penalty() string { return penalty }

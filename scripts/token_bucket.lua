@@ -1,6 +1,6 @@
 -- Token bucket in exact integer arithmetic. Twin of algorithm/token_bucket.go.
 --
--- KEYS[1]  a string "<tat>" or "<tat>:<e>" (see below); absent means full.
+-- KEYS[1]  a string "<tat>" or "<tat>:<e>:<R>" (see below); absent means full.
 -- ARGV[1]  now (integer microseconds since the Unix epoch) or "" for TIME
 -- ARGV[2]  n, the cost of this request
 -- ARGV[3]  burst, the bucket's capacity in tokens
@@ -16,7 +16,11 @@
 -- will be full again: tat (theoretical arrival time, a whole microsecond,
 -- rounded up) less e/R, 0 <= e < R. When e is 0, as it always is when rate
 -- divides per in microseconds, the value is a plain integer, which Redis
--- stores in the fewest bytes.
+-- stores in the fewest bytes. Otherwise the value names the R that e is
+-- counted in: a bucket of another rate sharing the key (a per-key tier,
+-- fleetlimit.WithStrategyFor) leaves e out, so that it counts the debt up
+-- to a microsecond's refill high, never low. "<tat>:<e>" without R is read
+-- as e in this bucket's units.
 --
 -- Out of memory: the only write is the admission's SET, which a Redis over
 -- maxmemory (noeviction) refuses with OOM, as a script's first write, before
@@ -42,14 +46,19 @@ local v = redis.call('GET', key)
 if v then
   -- Parse strictly: tonumber alone would take "inf", "0x1A" or " 12 "
   -- written by something else, and deny for ever.
-  local tat, e = string.match(v, '^(%d+):(%d+)$')
+  local tat, e, r = string.match(v, '^(%d+):(%d+):(%d+)$')
+  if not tat then
+    tat, e = string.match(v, '^(%d+):(%d+)$')
+  end
   if not tat then
     tat, e = string.match(v, '^%d+$'), '0'
   end
-  if not tat or #v > 40 then
+  -- Each number below 2^53 has at most 16 digits.
+  if not tat or #tat > 16 or #e > 16 or (r and #r > 16) then
     return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a token bucket')
   end
   tat, e = tonumber(tat), tonumber(e)
+  if r and tonumber(r) ~= R then e = 0 end
   if tat > now then
     -- A clock behind the last writer sees at most an empty bucket (elapsed
     -- time is clamped at zero), never a debt beyond the capacity.
@@ -70,7 +79,7 @@ if n <= burst and debt + n * P <= C then
   if e == 0 then
     value = string.format('%d', now + d)
   else
-    value = string.format('%d:%d', now + d, e)
+    value = string.format('%d:%d:%d', now + d, e, R)
   end
   if not peek then redis.call('SET', key, value, 'PX', math.ceil(d / 1000)) end
   return {1, math.floor((C - debt) / P), 0, d}

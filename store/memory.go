@@ -196,8 +196,9 @@ func (m *Memory) decide(req Request, peek bool) (algorithm.Decision, error) {
 		sh.mu.Unlock()
 		return d, err
 	}
-	if err == nil && e == nil && d.Allowed {
-		// A denied request on a fresh key records nothing.
+	if err == nil && e == nil && (d.Allowed || st.FullAt() > now.UnixMicro()) {
+		// A denied request on a fresh key records nothing, unless the
+		// strategy keeps something of it (a penalty box counts denials).
 		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}
 		sh.n++
 	}

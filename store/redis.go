@@ -167,7 +167,7 @@ func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.D
 	if peek && !script.Peeks {
 		return algorithm.Decision{}, fmt.Errorf("store: the script of strategy %s does not honour the peek flag: %w: %w", req.Strategy.Name(), ErrRejected, errors.ErrUnsupported)
 	}
-	keys := []string{RedisKey(req.Prefix, req.Key, script.Tag)}
+	keys := redisKeys(req, script)
 	static := req.Strategy.ScriptArgs()
 	args := make([]any, 2, 3+len(static))
 	if !req.Now.IsZero() {
@@ -200,7 +200,23 @@ func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.D
 		return algorithm.Decision{}, r.failed(ctx, keys[0], err)
 	}
 	r.noteRouted()
+	if rp, ok := req.Strategy.(algorithm.Replier); ok {
+		return parseLongReply(reply, rp, req.N)
+	}
 	return parseReply(reply, req.Strategy.Limit())
+}
+
+// redisKeys returns the keys of req's script: one per Script.Keys suffix, or
+// the one of its Tag.
+func redisKeys(req Request, script *algorithm.Script) []string {
+	if len(script.Keys) == 0 {
+		return []string{RedisKey(req.Prefix, req.Key, script.Tag)}
+	}
+	keys := make([]string, len(script.Keys))
+	for i, suffix := range script.Keys {
+		keys[i] = RedisKey(req.Prefix, req.Key, suffix)
+	}
+	return keys
 }
 
 // failed is the error of a call on key that failed with err: err classed by
@@ -221,8 +237,9 @@ func (r *Redis) failed(ctx context.Context, key string, err error) error {
 	return redisError(key, err)
 }
 
-// Reset deletes the key that holds req.Key's state for req.Strategy's
-// algorithm (RedisKey(req.Prefix, req.Key, tag)) with one DEL, which Redis
+// Reset deletes the keys that hold req.Key's state for req.Strategy's
+// algorithm (RedisKey(req.Prefix, req.Key, tag), or one per Script.Keys
+// suffix for a composite) with one DEL, which Redis
 // applies atomically between scripts. It is bounded by req.Timeout and ctx,
 // as Decide is, and is never pipelined.
 func (r *Redis) Reset(ctx context.Context, req Request) error {
@@ -233,13 +250,13 @@ func (r *Redis) Reset(ctx context.Context, req Request) error {
 	if script == nil {
 		return fmt.Errorf("store: strategy %s has no Lua script: %w", req.Strategy.Name(), algorithm.ErrInvalidStrategy)
 	}
-	key := RedisKey(req.Prefix, req.Key, script.Tag)
+	keys := redisKeys(req, script)
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	del := func(ctx context.Context) (any, error) { return r.client.Del(ctx, key).Result() }
+	del := func(ctx context.Context) (any, error) { return r.client.Del(ctx, keys...).Result() }
 	var err error
 	if r.bounded {
 		_, err = del(ctx)
@@ -247,7 +264,7 @@ func (r *Redis) Reset(ctx context.Context, req Request) error {
 		_, err = abandonable(ctx, del)
 	}
 	if err != nil {
-		return r.failed(ctx, key, err)
+		return r.failed(ctx, keys[0], err)
 	}
 	return nil
 }
@@ -356,6 +373,26 @@ func parseReply(reply any, limit int64) (algorithm.Decision, error) {
 		RetryAfter: durationMicros(ints[2]),
 		ResetAfter: durationMicros(ints[3]),
 	}, nil
+}
+
+// parseLongReply reads the reply of a strategy whose script returns more
+// than the calling convention's four integers (algorithm.Replier).
+func parseLongReply(reply any, rp algorithm.Replier, n int64) (algorithm.Decision, error) {
+	vals, ok := reply.([]any)
+	if !ok {
+		return algorithm.Decision{}, fmt.Errorf("%w: %v", ErrBadReply, reply)
+	}
+	ints := make([]int64, len(vals))
+	for i, v := range vals {
+		if ints[i], ok = v.(int64); !ok {
+			return algorithm.Decision{}, fmt.Errorf("%w: element %d is %T", ErrBadReply, i, v)
+		}
+	}
+	d, err := rp.Reply(ints, n)
+	if err != nil {
+		return algorithm.Decision{}, fmt.Errorf("%w: %w", ErrBadReply, err)
+	}
+	return d, nil
 }
 
 func durationMicros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -22,14 +22,15 @@ type Rig struct {
 	clock *fakeclock.Clock
 }
 
-// NewRig returns a rig deciding s over st, failing closed.
-func NewRig(st store.Store, s algorithm.Strategy) (*Rig, error) {
+// NewRig returns a rig deciding s over st, failing closed, with opts
+// applied last.
+func NewRig(st store.Store, s algorithm.Strategy, opts ...fleetlimit.Option) (*Rig, error) {
 	c := &fakeclock.Clock{}
-	lim, err := fleetlimit.New(s, st,
+	lim, err := fleetlimit.New(s, st, append([]fleetlimit.Option{
 		fleetlimit.WithClock(c.Now),
 		fleetlimit.WithKeyPrefix(redistest.Prefix()),
 		fleetlimit.WithTimeout(Timeout),
-		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
+		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -39,9 +40,19 @@ func NewRig(st store.Store, s algorithm.Strategy) (*Rig, error) {
 // Peek peeks at ev's decision at its time (Limiter.Peek).
 func (r *Rig) Peek(ev Event) (fleetlimit.Result, error) { return r.call(ev, "peek", r.lim.Peek) }
 
-// RedisKey is the Redis key that holds key's state for the rig.
-func (r *Rig) RedisKey(key string) string {
-	return store.RedisKey(r.lim.KeyPrefix(), key, r.lim.Strategy().Script().Tag)
+// RedisKeys are the Redis keys that hold key's state for the rig: one, or
+// one per member of a composite.
+func (r *Rig) RedisKeys(key string) []string {
+	sc := r.lim.Strategy().Script()
+	suffixes := sc.Keys
+	if len(suffixes) == 0 {
+		suffixes = []string{sc.Tag}
+	}
+	keys := make([]string, len(suffixes))
+	for i, s := range suffixes {
+		keys[i] = store.RedisKey(r.lim.KeyPrefix(), key, s)
+	}
+	return keys
 }
 
 // At decides ev at its time.

@@ -1,0 +1,226 @@
+// Package promobserver exports a fleetlimit.Limiter's decisions as
+// Prometheus metrics: a fleetlimit.Observer registered on a
+// prometheus.Registerer you pass in.
+//
+// Series, each labelled by limiter (the limiter's name, WithName):
+//
+//	fleetlimit_decisions_total{limiter, outcome}     counter
+//	    outcome: allowed, denied, degraded-allowed, degraded-denied, caller-gone
+//	fleetlimit_cost_total{limiter, result}           counter: the cost (AllowN's n)
+//	    result: admitted, denied
+//	fleetlimit_shadow_admissions_total{limiter}      counter: denials let through (WithShadow)
+//	fleetlimit_decision_duration_seconds{limiter}    histogram: 50µs to 100ms
+//	fleetlimit_store_errors_total{limiter, cause}    counter
+//	    cause: timeout, circuit-open, closed, rejected, unavailable
+//	fleetlimit_breaker_state{limiter}                gauge: 0 closed, 1 half-open, 2 open
+//
+// An outcome is the decision as made: a shadow limiter's "would deny" is
+// outcome denied (and a shadow admission). Degraded outcomes are decisions
+// the store did not make (the fallback's or the failure policy's, each
+// with a store error); caller-gone is a caller whose context was done, denied
+// whatever the policy, and is not a store error. The label values are
+// fixed sets, and limiter names are chosen in code, so the number of
+// series is bounded: the client's key is never a label.
+//
+// The package is a module of its own so that users of fleetlimit who do
+// not use Prometheus never download client_golang.
+package promobserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// Outcomes, the values of the outcome label.
+const (
+	OutcomeAllowed         = "allowed"
+	OutcomeDenied          = "denied"
+	OutcomeDegradedAllowed = "degraded-allowed"
+	OutcomeDegradedDenied  = "degraded-denied"
+	OutcomeCallerGone      = "caller-gone"
+)
+
+// latencyBuckets are the histogram's upper bounds in seconds: from 50µs (a
+// decision in process) through a Redis round trip on a LAN (a few hundred
+// µs) to 100ms (fleetlimit.DefaultTimeout, where a decision degrades).
+var latencyBuckets = []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3}
+
+// Observer is a fleetlimit.Observer that counts decisions into Prometheus
+// metrics (see the package doc). Give one Observer to every limiter with
+// fleetlimit.WithObserver: each limiter's series carry its name. Observe
+// is safe for concurrent use, allocates nothing after a limiter's first
+// decision, and takes no lock.
+type Observer struct {
+	decisions   *prometheus.CounterVec
+	cost        *prometheus.CounterVec
+	shadow      *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	storeErrors *prometheus.CounterVec
+	breaker     *prometheus.Desc
+
+	limiters sync.Map // name -> *limiterMetrics
+}
+
+var _ fleetlimit.Observer = (*Observer)(nil)
+
+// limiterMetrics are one limiter's series, looked up once.
+type limiterMetrics struct {
+	outcomes                 [5]prometheus.Counter // by outcome index
+	admittedCost, deniedCost prometheus.Counter
+	shadow                   prometheus.Counter
+	latency                  prometheus.Observer
+	breaker                  atomic.Pointer[fleetlimit.Breaker]
+}
+
+var outcomeNames = [5]string{OutcomeAllowed, OutcomeDenied, OutcomeDegradedAllowed, OutcomeDegradedDenied, OutcomeCallerGone}
+
+// New returns an Observer whose metrics are registered on reg, e.g.
+// prometheus.DefaultRegisterer. It returns an error wrapping
+// fleetlimit.ErrInvalidConfig for a nil reg, and reg's error if the metrics
+// are registered there already (one Observer per registry serves any
+// number of limiters).
+func New(reg prometheus.Registerer) (*Observer, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: promobserver: nil Registerer", fleetlimit.ErrInvalidConfig)
+	}
+	o := &Observer{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetlimit_decisions_total",
+			Help: "Rate-limit decisions, by limiter and outcome (allowed, denied, degraded-allowed, degraded-denied, caller-gone).",
+		}, []string{"limiter", "outcome"}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetlimit_cost_total",
+			Help: "Cost (AllowN's n) of rate-limit decisions, by limiter and result (admitted, denied).",
+		}, []string{"limiter", "result"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetlimit_shadow_admissions_total",
+			Help: "Denials that a limiter in shadow mode let through.",
+		}, []string{"limiter"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fleetlimit_decision_duration_seconds",
+			Help:    "Time to make a rate-limit decision, the store's round trip included.",
+			Buckets: latencyBuckets,
+		}, []string{"limiter"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetlimit_store_errors_total",
+			Help: "Decisions the store did not make, by limiter and cause (timeout, circuit-open, closed, rejected, unavailable).",
+		}, []string{"limiter", "cause"}),
+		breaker: prometheus.NewDesc("fleetlimit_breaker_state",
+			"State of the limiter's circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"limiter"}, nil),
+	}
+	for _, c := range []prometheus.Collector{o.decisions, o.cost, o.shadow, o.latency, o.storeErrors, breakerCollector{o}} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("promobserver: %w", err)
+		}
+	}
+	return o, nil
+}
+
+// Observe counts e.
+func (o *Observer) Observe(e fleetlimit.Event) {
+	m := o.metricsOf(e)
+	var out int
+	switch {
+	case e.DecidedBy == fleetlimit.DecidedByCaller:
+		out = 4
+	case e.Degraded() && e.Allowed:
+		out = 2
+	case e.Degraded():
+		out = 3
+	case e.Allowed:
+		out = 0
+	default:
+		out = 1
+	}
+	m.outcomes[out].Inc()
+	if e.Allowed {
+		m.admittedCost.Add(float64(e.N))
+	} else {
+		m.deniedCost.Add(float64(e.N))
+	}
+	if e.Shadow {
+		m.shadow.Inc()
+	}
+	m.latency.Observe(e.Latency.Seconds())
+	if e.Degraded() && e.DecidedBy != fleetlimit.DecidedByCaller {
+		o.storeErrors.WithLabelValues(e.Name, cause(e.Err)).Inc()
+	}
+}
+
+// metricsOf returns the series of e's limiter, creating them on its first
+// decision, and keeps its breaker for the gauge.
+func (o *Observer) metricsOf(e fleetlimit.Event) *limiterMetrics {
+	v, ok := o.limiters.Load(e.Name)
+	if !ok {
+		m := &limiterMetrics{
+			admittedCost: o.cost.WithLabelValues(e.Name, "admitted"),
+			deniedCost:   o.cost.WithLabelValues(e.Name, "denied"),
+			shadow:       o.shadow.WithLabelValues(e.Name),
+			latency:      o.latency.WithLabelValues(e.Name),
+		}
+		for i, name := range outcomeNames {
+			m.outcomes[i] = o.decisions.WithLabelValues(e.Name, name)
+		}
+		v, _ = o.limiters.LoadOrStore(e.Name, m)
+	}
+	m := v.(*limiterMetrics)
+	if m.breaker.Load() != e.Breaker {
+		m.breaker.Store(e.Breaker)
+	}
+	return m
+}
+
+// cause is the cause label of a store error: circuit-open (the breaker
+// kept the store out of it), timeout (the store did not answer within the
+// limiter's timeout), closed (the store was closed), rejected (the store
+// answered and refused this request: a key of another type, a malformed
+// reply), or unavailable (refused or broken connections, and Redis errors
+// such as OOM, LOADING, READONLY).
+func cause(err error) string {
+	switch {
+	case errors.Is(err, fleetlimit.ErrCircuitOpen):
+		return "circuit-open"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, store.ErrClosed):
+		return "closed"
+	case errors.Is(err, store.ErrRejected):
+		return "rejected"
+	}
+	return "unavailable"
+}
+
+// breakerCollector reports each limiter's breaker state when scraped. A
+// limiter is known from its first decision on; one without a breaker
+// (WithoutBreaker) has no series.
+type breakerCollector struct{ o *Observer }
+
+func (c breakerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.o.breaker }
+
+func (c breakerCollector) Collect(ch chan<- prometheus.Metric) {
+	c.o.limiters.Range(func(name, v any) bool {
+		if b := v.(*limiterMetrics).breaker.Load(); b != nil {
+			ch <- prometheus.MustNewConstMetric(c.o.breaker, prometheus.GaugeValue, openness(b.State()), name.(string))
+		}
+		return true
+	})
+}
+
+// openness is the gauge's value of s: 0 closed, 1 half-open, 2 open.
+func openness(s fleetlimit.BreakerState) float64 {
+	switch s {
+	case fleetlimit.BreakerHalfOpen:
+		return 1
+	case fleetlimit.BreakerOpen:
+		return 2
+	}
+	return 0
+}

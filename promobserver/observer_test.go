@@ -1,0 +1,227 @@
+package promobserver_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
+	"github.com/fleetlimit/fleetlimit/promobserver"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+var bg = context.Background()
+
+// slowMachine is the timeout of decisions a healthy store must make.
+const slowMachine = 5 * time.Second
+
+func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+// scrape fetches reg's metrics through promhttp, as Prometheus would, and
+// returns every sample as "name{label="value",...}" -> value, histograms
+// as their _count and _bucket series.
+func scrape(t *testing.T, reg *prometheus.Registry) (map[string]float64, string) {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	require.NoError(t, err, "%s", body)
+	out := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			series := func(suffix string, extra ...string) string {
+				var ls []string
+				for _, l := range m.GetLabel() {
+					ls = append(ls, l.GetName()+`="`+l.GetValue()+`"`)
+				}
+				ls = append(ls, extra...)
+				sort.Strings(ls)
+				return name + suffix + "{" + strings.Join(ls, ",") + "}"
+			}
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				out[series("")] = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				out[series("")] = m.GetGauge().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				h := m.GetHistogram()
+				out[series("_count")] = float64(h.GetSampleCount())
+				for _, b := range h.GetBucket() {
+					out[series("_bucket", `le="`+model.FloatString(b.GetUpperBound()).String()+`"`)] = float64(b.GetCumulativeCount())
+				}
+			}
+		}
+	}
+	return out, string(body)
+}
+
+// After a known sequence of decisions by five limiters — enforcing on a
+// healthy store (memory, then the real redis-server), fail-closed and
+// fail-open on a dead one, a caller gone, a shadow limiter — the scraped
+// series say exactly what happened, and no client key appears in them.
+func TestObserverScrape(t *testing.T) {
+	all := map[string]store.Store{"memory": stores.Memory(t)}
+	if redistest.HaveReal(t) {
+		all["redis"] = stores.Redis(t, redistest.Real(t))
+	}
+	for storeName, st := range all {
+		t.Run(storeName, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			obs, err := promobserver.New(reg)
+			require.NoError(t, err)
+			_, err = promobserver.New(reg)
+			require.Error(t, err, "the metrics are registered once per registry")
+
+			clock := fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(15 * time.Second)))
+			newLimiter := func(st store.Store, name string, opts ...fleetlimit.Option) *fleetlimit.Limiter {
+				l, err := fleetlimit.New(algorithm.FixedWindow(3, time.Minute), st, append([]fleetlimit.Option{
+					fleetlimit.WithName(name), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine),
+					fleetlimit.WithObserver(obs), clock}, opts...)...)
+				require.NoError(t, err)
+				return l
+			}
+			dead := store.NewMemory()
+			require.NoError(t, dead.Close())
+			// A breaker that opens on the first failure and, on a pinned
+			// clock, stays open.
+			breaker, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1,
+				Clock: fixedClock(proptest.Epoch), Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+
+			api := newLimiter(st, "api")
+			login := newLimiter(dead, "login", fleetlimit.WithFailurePolicy(fleetlimit.FailClosed), fleetlimit.WithBreaker(breaker))
+			search := newLimiter(dead, "search", fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
+			rollout := newLimiter(st, "rollout", fleetlimit.WithShadow())
+
+			// api: 1 + 2 admitted (3 of 3), then 1 denied and a cost of 4
+			// denied (above the limit).
+			for _, n := range []int64{1, 2, 1, 4} {
+				_, err := api.AllowN(bg, "alice", n)
+				require.NoError(t, err)
+			}
+			// A caller gone: denied, not a store error.
+			gone, cancel := context.WithCancel(bg)
+			cancel()
+			_, err = api.Allow(gone, "alice")
+			require.ErrorIs(t, err, context.Canceled)
+			// login: the dead store fails the first decision (closed), which
+			// opens the breaker; the second is kept from the store.
+			for range 2 {
+				_, err := login.Allow(bg, "alice")
+				require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable)
+			}
+			require.Equal(t, fleetlimit.BreakerOpen, breaker.State())
+			// search: fail-open on the dead store.
+			_, err = search.Allow(bg, "alice")
+			require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable)
+			// rollout: shadow; 3 admitted, 2 would-be denials let through.
+			for range 5 {
+				res, err := rollout.Allow(bg, "alice")
+				require.NoError(t, err)
+				require.True(t, res.Allowed)
+			}
+
+			got, body := scrape(t, reg)
+			require.NotContains(t, body, "alice", "the client's key is never a label")
+			want := map[string]float64{
+				`fleetlimit_decisions_total{limiter="api",outcome="allowed"}`:          2,
+				`fleetlimit_decisions_total{limiter="api",outcome="denied"}`:           2,
+				`fleetlimit_decisions_total{limiter="api",outcome="degraded-allowed"}`: 0,
+				`fleetlimit_decisions_total{limiter="api",outcome="degraded-denied"}`:  0,
+				`fleetlimit_decisions_total{limiter="api",outcome="caller-gone"}`:      1,
+				`fleetlimit_cost_total{limiter="api",result="admitted"}`:               3,
+				`fleetlimit_cost_total{limiter="api",result="denied"}`:                 6, // 1 + 4 + the caller gone's 1
+				`fleetlimit_shadow_admissions_total{limiter="api"}`:                    0,
+				`fleetlimit_decision_duration_seconds_count{limiter="api"}`:            5,
+				`fleetlimit_breaker_state{limiter="api"}`:                              0,
+
+				`fleetlimit_decisions_total{limiter="login",outcome="allowed"}`:          0,
+				`fleetlimit_decisions_total{limiter="login",outcome="denied"}`:           0,
+				`fleetlimit_decisions_total{limiter="login",outcome="degraded-allowed"}`: 0,
+				`fleetlimit_decisions_total{limiter="login",outcome="degraded-denied"}`:  2,
+				`fleetlimit_decisions_total{limiter="login",outcome="caller-gone"}`:      0,
+				`fleetlimit_cost_total{limiter="login",result="admitted"}`:               0,
+				`fleetlimit_cost_total{limiter="login",result="denied"}`:                 2,
+				`fleetlimit_shadow_admissions_total{limiter="login"}`:                    0,
+				`fleetlimit_decision_duration_seconds_count{limiter="login"}`:            2,
+				`fleetlimit_store_errors_total{cause="closed",limiter="login"}`:          1,
+				`fleetlimit_store_errors_total{cause="circuit-open",limiter="login"}`:    1,
+				`fleetlimit_breaker_state{limiter="login"}`:                              2,
+
+				`fleetlimit_decisions_total{limiter="search",outcome="allowed"}`:          0,
+				`fleetlimit_decisions_total{limiter="search",outcome="denied"}`:           0,
+				`fleetlimit_decisions_total{limiter="search",outcome="degraded-allowed"}`: 1,
+				`fleetlimit_decisions_total{limiter="search",outcome="degraded-denied"}`:  0,
+				`fleetlimit_decisions_total{limiter="search",outcome="caller-gone"}`:      0,
+				`fleetlimit_cost_total{limiter="search",result="admitted"}`:               1,
+				`fleetlimit_cost_total{limiter="search",result="denied"}`:                 0,
+				`fleetlimit_shadow_admissions_total{limiter="search"}`:                    0,
+				`fleetlimit_decision_duration_seconds_count{limiter="search"}`:            1,
+				`fleetlimit_store_errors_total{cause="closed",limiter="search"}`:          1,
+				`fleetlimit_breaker_state{limiter="search"}`:                              0,
+
+				`fleetlimit_decisions_total{limiter="rollout",outcome="allowed"}`:          3,
+				`fleetlimit_decisions_total{limiter="rollout",outcome="denied"}`:           2,
+				`fleetlimit_decisions_total{limiter="rollout",outcome="degraded-allowed"}`: 0,
+				`fleetlimit_decisions_total{limiter="rollout",outcome="degraded-denied"}`:  0,
+				`fleetlimit_decisions_total{limiter="rollout",outcome="caller-gone"}`:      0,
+				`fleetlimit_cost_total{limiter="rollout",result="admitted"}`:               3,
+				`fleetlimit_cost_total{limiter="rollout",result="denied"}`:                 2,
+				`fleetlimit_shadow_admissions_total{limiter="rollout"}`:                    2,
+				`fleetlimit_decision_duration_seconds_count{limiter="rollout"}`:            5,
+				`fleetlimit_breaker_state{limiter="rollout"}`:                              0,
+			}
+			for series, v := range want {
+				require.Contains(t, got, series, "series missing from the scrape:\n%s", body)
+				require.Equal(t, v, got[series], series)
+			}
+			// Every series scraped is one listed above, or a histogram bucket.
+			for series := range got {
+				if strings.HasPrefix(series, "fleetlimit_decision_duration_seconds_bucket") {
+					continue
+				}
+				require.Contains(t, want, series, "an unexpected series")
+			}
+			// The buckets: 50µs to 100ms, cumulative up to the count.
+			var les []string
+			for series, v := range got {
+				if strings.HasPrefix(series, `fleetlimit_decision_duration_seconds_bucket{le=`) && strings.HasSuffix(series, `limiter="api"}`) {
+					les = append(les, strings.Split(series, `"`)[1])
+					require.LessOrEqual(t, v, float64(5))
+				}
+			}
+			sort.Strings(les)
+			require.Equal(t, []string{"+Inf", "0.00005", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1"}, les)
+			require.Equal(t, float64(5), got[`fleetlimit_decision_duration_seconds_bucket{le="+Inf",limiter="api"}`])
+		})
+	}
+}
+
+// A nil Registerer is a configuration error.
+func TestNewRejectsNilRegisterer(t *testing.T) {
+	_, err := promobserver.New(nil)
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
+}
