@@ -64,7 +64,7 @@ func ExampleWithClock() {
 	defer mem.Close()
 	now := time.Date(2026, 1, 1, 0, 0, 59, 0, time.UTC) // 1s before a minute edge
 	l, _ := fleetlimit.New(algorithm.FixedWindow(2, time.Minute), mem,
-		fleetlimit.WithClock(func() time.Time { return now }))
+		fleetlimit.WithName("edge"), fleetlimit.WithClock(func() time.Time { return now }))
 	admitted := 0
 	for range 2 {
 		for range 3 {
@@ -84,7 +84,7 @@ func ExampleLimiter_AllowN() {
 	defer mem.Close()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	l, _ := fleetlimit.New(algorithm.TokenBucket(1, time.Second, 5), mem,
-		fleetlimit.WithClock(func() time.Time { return t0 }))
+		fleetlimit.WithName("upload"), fleetlimit.WithClock(func() time.Time { return t0 }))
 	res, _ := l.AllowN(context.Background(), "upload:alice", 4)
 	fmt.Println(res.Allowed, res.Remaining)
 	res, _ = l.AllowN(context.Background(), "upload:alice", 3)

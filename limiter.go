@@ -198,7 +198,12 @@ type Limiter struct {
 
 // New returns a Limiter applying s through st. It returns an error wrapping
 // ErrInvalidConfig (and algorithm.ErrInvalidStrategy for a bad strategy) for
-// a nil or invalid strategy, a nil store, or an invalid option.
+// a nil or invalid strategy, a nil store, or an invalid option; and when a
+// limiter of this process, still reachable, over the same store and key
+// prefix, has the same name (WithName, or the strategy's name) or the same
+// algorithm but another strategy's parameters: the two would silently share
+// keys under different rules. Limiters with the same strategy, name and
+// prefix are one limit, as a fleet's instances are.
 func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil strategy", ErrInvalidConfig)
@@ -232,7 +237,11 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if cfg.breaker == nil && !cfg.noBreaker {
 		cfg.breaker = newDefaultBreaker()
 	}
-	return &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}, sleep: sleepReal}, nil
+	l := &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}, sleep: sleepReal}
+	if err := claimKeys(l); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // Strategy returns the limiter's strategy.
