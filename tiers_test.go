@@ -20,11 +20,11 @@ import (
 )
 
 // tierBackends are the stores the tier properties run on: memory,
-// miniredis and, under ./test.sh, the real redis-server.
+// miniredis and, under ./test.sh, the real redis-server and the Cluster.
 func tierBackends(t *testing.T) []proptest.Backend {
 	names := []string{"memory", "miniredis"}
 	if redistest.HaveReal(t) {
-		names = append(names, "redis")
+		names = append(names, "redis", "cluster")
 	}
 	return proptest.Backends(t, names...)
 }
