@@ -120,6 +120,9 @@ func TestHungRedis(t *testing.T) {
 		require.NoError(t, err)
 		l := newLimiter(t, algorithm.TokenBucket(1000, time.Second, 1000), st, fleetlimit.WithTimeout(timeout),
 			fleetlimit.WithFailurePolicy(policy), fleetlimit.WithBreaker(b))
+		// Open a connection first, without the 100ms deadline: on a loaded
+		// machine the dial through the proxy alone can take longer.
+		require.NoError(t, c.Ping(bg).Err())
 		require.NoError(t, call(l, bg, "u").err)
 
 		p.SetBlackHole(true)
