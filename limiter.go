@@ -186,7 +186,8 @@ const DefaultKeyPrefix = "ratelimit:"
 type Limiter struct {
 	strategy algorithm.Strategy
 	store    store.Store
-	fallback *fallback // nil without WithFallback
+	fallback *fallback    // nil without WithFallback
+	denials  *denialCache // nil without WithDenialCache
 	cfg      config
 }
 
@@ -220,7 +221,11 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if cfg.breaker == nil && !cfg.noBreaker {
 		cfg.breaker = newDefaultBreaker()
 	}
-	return &Limiter{strategy: s, store: st, fallback: fb, cfg: cfg}, nil
+	l := &Limiter{strategy: s, store: st, fallback: fb, cfg: cfg}
+	if cfg.denialKeys > 0 {
+		l.denials = newDenialCache(cfg.denialKeys, cfg.clock != nil)
+	}
+	return l, nil
 }
 
 // Strategy returns the limiter's strategy.
@@ -364,6 +369,20 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 			return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 		}
 	}
+	var sent time.Time // with a denial cache: when the request is sent
+	if l.denials != nil {
+		if sent = req.Now; sent.IsZero() {
+			sent = time.Now()
+		}
+	}
+	var epoch uint64
+	if dc := l.denials; dc != nil {
+		var res Result
+		var ok bool
+		if res, ok, epoch = dc.answer(key, req.Strategy, n, sent); ok {
+			return res, outcome(DecidedByCache), nil
+		}
+	}
 	// The breaker's closed path is written out here rather than called: the
 	// key's circuit, then two atomic loads and no clock (see Breaker).
 	var c *circuit
@@ -378,9 +397,10 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 		}
 	}
 	var d algorithm.Decision
-	if p != 0 {
+	switch {
+	case p != 0:
 		d, err = l.probe(ctx, req, c, p) // which tells c how it went
-	} else {
+	default:
 		d, err = l.store.Decide(ctx, req)
 	}
 	if err != nil {
@@ -399,10 +419,14 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	if p == 0 && c != nil && c.run.Load() {
 		c.answered() // the store answered during a run of failures
 	}
+	res := resultOf(req.Strategy, d)
+	if dc := l.denials; dc != nil {
+		dc.learn(key, req.Strategy, n, sent, epoch, res)
+	}
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(key, err)
 	}
-	return resultOf(req.Strategy, d), outcome(DecidedByStore), nil
+	return res, outcome(DecidedByStore), nil
 }
 
 // callerGone is the decision for a caller whose context is done: denied,
@@ -500,6 +524,7 @@ type config struct {
 	fallbackStore     store.Store
 	fallbackInstances int64
 	strategyFor       func(context.Context, string) (algorithm.Strategy, error)
+	denialKeys        int // WithDenialCache; 0: none
 
 	errs []error
 }

@@ -63,7 +63,8 @@ type Event struct {
 	// applies when DecidedBy is DecidedByPolicy.
 	Policy FailurePolicy
 	// DecidedBy says who made the decision: the store, the failure policy,
-	// the in-process fallback (WithFallback), or the caller's context.
+	// the in-process fallback (WithFallback), the caller's context, or the
+	// denial cache (WithDenialCache) repeating the store's denial.
 	DecidedBy Decider
 	// CircuitOpen reports that the circuit breaker kept the store out of
 	// this decision: the store was not called.
@@ -101,6 +102,10 @@ const (
 	// DecidedByCaller: the caller's context was done (cancelled, or its
 	// deadline passed), so the request was denied whatever the policy.
 	DecidedByCaller
+	// DecidedByCache: the store had denied the same request, and the
+	// limiter answered it again from its denial cache (WithDenialCache),
+	// with no round trip. Err is nil: the decision is the store's.
+	DecidedByCache
 )
 
 func (d Decider) String() string {
@@ -113,6 +118,8 @@ func (d Decider) String() string {
 		return "fallback"
 	case DecidedByCaller:
 		return "caller"
+	case DecidedByCache:
+		return "cache"
 	}
 	return fmt.Sprintf("Decider(%d)", int(d))
 }

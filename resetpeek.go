@@ -42,7 +42,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, err)
 	}
 	req := store.Request{Strategy: l.strategy, Prefix: l.cfg.prefix, Key: key, Timeout: l.cfg.timeout}
-	if err := rs.Reset(ctx, req); err != nil {
+	err := rs.Reset(ctx, req)
+	if dc := l.denials; dc != nil {
+		dc.forget(key) // after the store's reset, even a failed one
+	}
+	if err != nil {
 		if cerr := doneErr(ctx); cerr != nil {
 			return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, cerr)
 		}
