@@ -188,6 +188,8 @@ type Limiter struct {
 	store    store.Store
 	fallback *fallback    // nil without WithFallback
 	denials  *denialCache // nil without WithDenialCache
+	leases   *leases      // nil without WithLeases
+	peeking  bool         // a view of a limiter for Peek: leases only look
 	cfg      config
 }
 
@@ -224,6 +226,12 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	l := &Limiter{strategy: s, store: st, fallback: fb, cfg: cfg}
 	if cfg.denialKeys > 0 {
 		l.denials = newDenialCache(cfg.denialKeys, cfg.clock != nil)
+	}
+	if cfg.leaseSize > 0 {
+		if err := checkLeasable(s, st); err != nil {
+			return nil, err
+		}
+		l.leases = newLeases(cfg.leaseSize, cfg.leaseMaxAge, cfg.clock != nil)
 	}
 	return l, nil
 }
@@ -369,10 +377,24 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 			return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 		}
 	}
-	var sent time.Time // with a denial cache: when the request is sent
-	if l.denials != nil {
+	var sent time.Time // with a denial cache or leases: when the request is sent
+	if l.denials != nil || l.leases != nil {
 		if sent = req.Now; sent.IsZero() {
 			sent = time.Now()
+		}
+	}
+	for ls := l.leases; ls != nil; {
+		if res, ok := ls.spend(key, req.Strategy, n, sent, l.peeking); ok {
+			return res, outcome(DecidedByLease), nil
+		}
+		ready := ls.inFlight(key)
+		if ready == nil || l.peeking {
+			break
+		}
+		select { // for the key's lease round trip, then spend from it
+		case <-ready:
+		case <-ctx.Done():
+			return l.callerGone(key, ctx.Err())
 		}
 	}
 	var epoch uint64
@@ -400,6 +422,8 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	switch {
 	case p != 0:
 		d, err = l.probe(ctx, req, c, p) // which tells c how it went
+	case l.leases != nil && !l.peeking:
+		d, err = l.leases.take(ctx, l.store, req, sent)
 	default:
 		d, err = l.store.Decide(ctx, req)
 	}
@@ -524,7 +548,9 @@ type config struct {
 	fallbackStore     store.Store
 	fallbackInstances int64
 	strategyFor       func(context.Context, string) (algorithm.Strategy, error)
-	denialKeys        int // WithDenialCache; 0: none
+	denialKeys        int           // WithDenialCache; 0: none
+	leaseSize         int64         // WithLeases; 0: none
+	leaseMaxAge       time.Duration // WithLeases
 
 	errs []error
 }

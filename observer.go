@@ -63,8 +63,9 @@ type Event struct {
 	// applies when DecidedBy is DecidedByPolicy.
 	Policy FailurePolicy
 	// DecidedBy says who made the decision: the store, the failure policy,
-	// the in-process fallback (WithFallback), the caller's context, or the
-	// denial cache (WithDenialCache) repeating the store's denial.
+	// the in-process fallback (WithFallback), the caller's context, the
+	// denial cache (WithDenialCache) repeating the store's denial, or a
+	// lease (WithLeases).
 	DecidedBy Decider
 	// CircuitOpen reports that the circuit breaker kept the store out of
 	// this decision: the store was not called.
@@ -106,6 +107,10 @@ const (
 	// limiter answered it again from its denial cache (WithDenialCache),
 	// with no round trip. Err is nil: the decision is the store's.
 	DecidedByCache
+	// DecidedByLease: the limiter admitted the request from the units it
+	// had leased from the store (WithLeases), with no round trip. Err is
+	// nil.
+	DecidedByLease
 )
 
 func (d Decider) String() string {
@@ -120,6 +125,8 @@ func (d Decider) String() string {
 		return "caller"
 	case DecidedByCache:
 		return "cache"
+	case DecidedByLease:
+		return "lease"
 	}
 	return fmt.Sprintf("Decider(%d)", int(d))
 }

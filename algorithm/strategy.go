@@ -138,11 +138,21 @@ type Script struct {
 	// as usual and writes nothing. The built-in scripts do; a store refuses
 	// to peek with a script that does not. Default (NewScript): false.
 	Peeks bool
+	// Leases reports that Source honours the calling convention's lease
+	// mode (see package scripts and Leaser). The token bucket's and the
+	// fixed window's do. Default (NewScript): false.
+	Leases bool
 }
 
 // peekable returns s with Peeks set, for the built-in scripts.
 func peekable(s *Script) *Script {
 	s.Peeks = true
+	return s
+}
+
+// leasable returns s with Leases set, for the built-in scripts that lease.
+func leasable(s *Script) *Script {
+	s.Leases = true
 	return s
 }
 

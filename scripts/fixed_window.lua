@@ -6,8 +6,11 @@
 -- ARGV[2]  n, the cost of this request
 -- ARGV[3]  limit, the most units admitted per window
 -- ARGV[4]  window, in microseconds
--- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
--- Returns {allowed, remaining, retry_after_us, reset_after_us}.
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "lease" on a
+--              lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want
+--              (see below and algorithm.Leaser)
+-- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
+-- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
 -- Windows are [i*window, (i+1)*window) since the Unix epoch. The window index
 -- lives in the value rather than in the key's expiry, so a counter is never
@@ -21,6 +24,7 @@
 -- sliding_window_log.lua).
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
+local lease = ARGV[#ARGV] == 'lease'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
@@ -52,6 +56,28 @@ if v then
 end
 local window_end = (idx + 1) * window
 
+local granted = n
+if lease then
+  -- Hand-back only to the window the earlier lease was taken in, while it
+  -- is the key's current one; the window is kept at a count of 0, so a
+  -- clock behind cannot reopen an earlier one.
+  local back = tonumber(ARGV[#ARGV - 2])
+  if back > 0 and count > 0 and math.floor(tonumber(ARGV[#ARGV - 3]) / window) == idx then
+    count = count - math.min(back, count)
+    redis.call('SET', key, string.format('%d:%d', idx, count),
+      'PX', math.ceil((window_end - now) / 1000))
+  end
+  -- The fair share: at most half of what the window has left, unless n
+  -- alone needs more; never more than want (see algorithm.Leaser).
+  local want = tonumber(ARGV[#ARGV - 1])
+  local available = math.max(0, limit - count)
+  if want == 0 then return {0, available, 0, 0, now} end
+  if n <= limit and n <= available then
+    granted = math.min(want, math.max(n, math.floor(available / 2)))
+  end
+  n = granted
+end
+
 -- n <= limit - count, not count + n <= limit: at a limit of 2^53 the sum
 -- can be 2^53 + 1, which a double rounds down to 2^53.
 if n <= limit - count then
@@ -59,6 +85,7 @@ if n <= limit - count then
     redis.call('SET', key, string.format('%d:%d', idx, count + n),
       'PX', math.ceil((window_end - now) / 1000))
   end
+  if lease then return {granted, limit - count - n, 0, window_end - now, now} end
   return {1, limit - count - n, 0, window_end - now}
 end
 
@@ -72,4 +99,5 @@ if n > limit then
 end
 -- Remaining is never negative, even when a limiter with a larger limit
 -- shares this key.
+if lease then return {0, math.max(0, limit - count), retry, reset, now} end
 return {0, math.max(0, limit - count), retry, reset}

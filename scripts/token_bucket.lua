@@ -6,8 +6,11 @@
 -- ARGV[3]  burst, the bucket's capacity in tokens
 -- ARGV[4]  R, units refilled per microsecond
 -- ARGV[5]  P, units per token
--- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
--- Returns {allowed, remaining, retry_after_us, reset_after_us}.
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "lease" on a
+--              lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want
+--              (see below and algorithm.Leaser)
+-- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
+-- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
 -- Units: one token is P units and the bucket refills R units per microsecond,
 -- where R/P = rate/per reduced by their greatest common divisor, so that
@@ -29,6 +32,7 @@
 -- sliding_window_log.lua).
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
+local lease = ARGV[#ARGV] == 'lease'
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local R = tonumber(ARGV[4])
@@ -59,6 +63,23 @@ if v then
   end
   tat, e = tonumber(tat), tonumber(e)
   if r and tonumber(r) ~= R then e = 0 end
+  local back = lease and tonumber(ARGV[#ARGV - 2]) or 0
+  if back > 0 and tat > now then
+    -- Lease hand-back: the bucket is full at tat - e/R; back tokens earlier
+    -- is tat - (e + back*P)/R. More than burst tokens fill any bucket, and
+    -- keep u below 2^53. Once full, the key goes, as it would expire.
+    local u = e + math.min(back, burst) * P
+    local rem = math.fmod(u, R)
+    tat, e = tat - (u - rem) / R, rem
+    if tat > now then
+      local value = string.format('%d', tat)
+      if e > 0 then value = value .. string.format(':%d:%d', e, R) end
+      redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000))
+    else
+      redis.call('DEL', key)
+      tat, e = 0, 0
+    end
+  end
   if tat > now then
     -- A clock behind the last writer sees at most an empty bucket (elapsed
     -- time is clamped at zero), never a debt beyond the capacity.
@@ -69,6 +90,19 @@ if v then
       if debt > C then debt = C end
     end
   end
+end
+
+local granted = n
+if lease then
+  -- The fair share: at most half of what the bucket holds, unless n alone
+  -- needs more; never more than want (see algorithm.Leaser).
+  local want = tonumber(ARGV[#ARGV - 1])
+  local available = math.floor((C - debt) / P)
+  if want == 0 then return {0, available, 0, 0, now} end
+  if n <= burst and n <= available then
+    granted = math.min(want, math.max(n, math.floor(available / 2)))
+  end
+  n = granted
 end
 
 if n <= burst and debt + n * P <= C then
@@ -82,6 +116,7 @@ if n <= burst and debt + n * P <= C then
     value = string.format('%d:%d:%d', now + d, e, R)
   end
   if not peek then redis.call('SET', key, value, 'PX', math.ceil(d / 1000)) end
+  if lease then return {granted, math.floor((C - debt) / P), 0, d, now} end
   return {1, math.floor((C - debt) / P), 0, d}
 end
 
@@ -94,4 +129,5 @@ if n > burst then
 else
   retry = math.ceil((debt + n * P - C) / R)
 end
+if lease then return {0, math.floor((C - debt) / P), retry, reset, now} end
 return {0, math.floor((C - debt) / P), retry, reset}

@@ -148,8 +148,21 @@ func (m *Memory) Peek(_ context.Context, req Request) (algorithm.Decision, error
 
 // decide is Decide, or with peek Peek.
 func (m *Memory) decide(req Request, peek bool) (algorithm.Decision, error) {
+	var d algorithm.Decision
+	err := m.apply(req, peek, func(st algorithm.State, now time.Time) (bool, error) {
+		var err error
+		d, err = req.Strategy.Decide(st, now, req.N)
+		return d.Allowed, err
+	})
+	return d, err
+}
+
+// apply runs rule on req.Key's state (a copy of it with peek) under its
+// shard lock, at req.Now or the store's clock; rule reports whether it
+// recorded anything, which a fresh key then keeps.
+func (m *Memory) apply(req Request, peek bool, rule func(algorithm.State, time.Time) (bool, error)) error {
 	if m.closed.Load() {
-		return algorithm.Decision{}, ErrClosed
+		return ErrClosed
 	}
 	now := req.Now
 	if !peek && !now.IsZero() && !m.callerTime.Load() {
@@ -186,17 +199,17 @@ func (m *Memory) decide(req Request, peek bool) (algorithm.Decision, error) {
 		c, ok := e.state.(algorithm.Cloner)
 		if !ok {
 			sh.mu.Unlock()
-			return algorithm.Decision{}, fmt.Errorf("store: %s state %T cannot be copied for a peek: %w: %w",
+			return fmt.Errorf("store: %s state %T cannot be copied for a peek: %w: %w",
 				req.Strategy.Name(), e.state, ErrRejected, errors.ErrUnsupported)
 		}
 		st = c.Clone()
 	}
-	d, err := req.Strategy.Decide(st, now, req.N)
+	recorded, err := rule(st, now)
 	if peek {
 		sh.mu.Unlock()
-		return d, err
+		return err
 	}
-	if err == nil && e == nil && d.Allowed {
+	if err == nil && e == nil && recorded {
 		// A denied request on a fresh key records nothing.
 		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}
 		sh.n++
@@ -205,7 +218,7 @@ func (m *Memory) decide(req Request, peek bool) (algorithm.Decision, error) {
 		sh.latest = us
 	}
 	sh.mu.Unlock()
-	return d, err
+	return err
 }
 
 // locate returns req's algorithm tag, the shard that holds req.Key, and the

@@ -167,9 +167,27 @@ func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.D
 	if peek && !script.Peeks {
 		return algorithm.Decision{}, fmt.Errorf("store: the script of strategy %s does not honour the peek flag: %w: %w", req.Strategy.Name(), ErrRejected, errors.ErrUnsupported)
 	}
+	var mode []any
+	if peek {
+		mode = []any{"peek"}
+	}
+	reply, err := r.eval(ctx, req, script, mode)
+	if err != nil {
+		return algorithm.Decision{}, err
+	}
+	if c, ok := req.Strategy.(algorithm.Composite); ok {
+		return parseComposite(reply, c, req.N)
+	}
+	return parseReply(reply, req.Strategy.Limit())
+}
+
+// eval runs script for req with the calling convention's arguments and
+// then tail, bounded by req.Timeout and ctx, and returns its reply or the
+// classed error.
+func (r *Redis) eval(ctx context.Context, req Request, script *algorithm.Script, tail []any) (any, error) {
 	keys := redisKeys(req, script)
 	static := req.Strategy.ScriptArgs()
-	args := make([]any, 2, 3+len(static))
+	args := make([]any, 2, 2+len(static)+len(tail))
 	if !req.Now.IsZero() {
 		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
 	} else {
@@ -177,9 +195,7 @@ func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.D
 	}
 	args[1] = req.N
 	args = append(args, static...)
-	if peek {
-		args = append(args, "peek")
-	}
+	args = append(args, tail...)
 
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -197,13 +213,10 @@ func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.D
 		reply, err = abandonable(ctx, func(ctx context.Context) (any, error) { return r.run(ctx, script, keys, args) })
 	}
 	if err != nil {
-		return algorithm.Decision{}, r.failed(ctx, keys[0], err)
+		return nil, r.failed(ctx, keys[0], err)
 	}
 	r.noteRouted()
-	if c, ok := req.Strategy.(algorithm.Composite); ok {
-		return parseComposite(reply, c, req.N)
-	}
-	return parseReply(reply, req.Strategy.Limit())
+	return reply, nil
 }
 
 // redisKeys returns the keys of req's script: one per Script.Keys suffix, or
