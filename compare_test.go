@@ -3,10 +3,16 @@ package fleetlimit_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/compare"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
@@ -137,6 +143,43 @@ func TestCompareTruths(t *testing.T) {
 		}
 	})
 
+	t.Run("the counter sits between the fixed window and the log", func(t *testing.T) {
+		for _, r := range rep.Rows {
+			if r.Algorithm != "sliding_window_counter" || !singleLimiter(r) {
+				continue
+			}
+			log := rs.get(t, r.Scenario, "sliding_window_log", r.Store, r.Instances, r.Limit)
+			fixed := rs.get(t, r.Scenario, "fixed_window", r.Store, r.Instances, r.Limit)
+			if r.WorstWindow < log.WorstWindow || r.WorstWindow > fixed.WorstWindow {
+				t.Errorf("%s %s x%d: worst window %.2f x limit, want between the log's %.2f and the fixed window's %.2f",
+					r.Scenario, r.Store, r.Instances, r.WorstWindow, log.WorstWindow, fixed.WorstWindow)
+			}
+		}
+		// Where the fixed window doubles the limit at its edges, the counter
+		// stays well below it, and above the exact log.
+		for _, scenario := range []string{"boundary burst", "overload 3x"} {
+			r := rs.get(t, scenario, "sliding_window_counter", compare.StoreRedis, 1, compareLimit)
+			fixed := rs.get(t, scenario, "fixed_window", compare.StoreRedis, 1, compareLimit)
+			if r.WorstWindow >= fixed.WorstWindow {
+				t.Errorf("%s: counter %.2f x limit, fixed window %.2f; want the counter strictly below", scenario, r.WorstWindow, fixed.WorstWindow)
+			}
+		}
+		r := rs.get(t, "overload 3x", "sliding_window_counter", compare.StoreRedis, 1, compareLimit)
+		if r.WorstWindow <= 1 {
+			t.Errorf("overload 3x: counter %.2f x limit; an estimate from two aligned windows exceeds the limit in some sliding window, as the log never does", r.WorstWindow)
+		}
+		// Within its proven bound, and never more than a fixed window in
+		// any aligned window.
+		for _, s := range rep.Series {
+			if s.Algorithm != "sliding_window_counter" || s.Store == compare.StoreMemory && s.Instances > 1 {
+				continue
+			}
+			if err := withinAlignedWindows(s.Admitted, s.Limit, compareWindow); err != nil {
+				t.Errorf("%s %s x%d: %v", s.Scenario, s.Store, s.Instances, err)
+			}
+		}
+	})
+
 	checkFleet(t, rs, entries)
 }
 
@@ -253,8 +296,10 @@ func TestCompareRealRedis(t *testing.T) {
 		}
 		for i := 1; i < len(limits); i++ {
 			lo, hi := limits[i-1], limits[i]
-			if a, b := bytes("token_bucket", lo), bytes("token_bucket", hi); a != b {
-				t.Errorf("token bucket: %.0f bytes per key at a limit of %d, %.0f at %d; want constant", a, lo, b, hi)
+			for _, algo := range []string{"token_bucket", "sliding_window_counter"} {
+				if a, b := bytes(algo, lo), bytes(algo, hi); a != b {
+					t.Errorf("%s: %.0f bytes per key at a limit of %d, %.0f at %d; want constant", algo, a, lo, b, hi)
+				}
 			}
 			// Ten times the limit, ten times the sorted-set members: at
 			// least five times the bytes.
@@ -262,7 +307,127 @@ func TestCompareRealRedis(t *testing.T) {
 				t.Errorf("sliding log: %.0f bytes per key at a limit of %d, %.0f at %d; want growth with the limit", a, lo, b, hi)
 			}
 		}
-		t.Logf("bytes per key at limits %v: sliding log %.0f %.0f %.0f, token bucket %.0f",
-			limits, bytes("sliding_window_log", 10), bytes("sliding_window_log", 100), bytes("sliding_window_log", 1000), bytes("token_bucket", 10))
+		t.Logf("bytes per key at limits %v: sliding log %.0f %.0f %.0f, token bucket %.0f, sliding-window counter %.0f",
+			limits, bytes("sliding_window_log", 10), bytes("sliding_window_log", 100), bytes("sliding_window_log", 1000),
+			bytes("token_bucket", 10), bytes("sliding_window_counter", 10))
 	})
+}
+
+// The capacity table of docs/operations.md, measured: on redis-servers of
+// the test's own (INFO deltas need a quiet server), keys named as in
+// production ("ratelimit:{user-0000001}:tb"), every algorithm full at
+// limits 10, 100 and 1,000, over 10,000 keys (1,000 sliding logs at 1,000),
+// each on a fresh server. The page's MEMORY USAGE figures must match
+// within 2% and its used_memory figures within 15% (allocator noise), and
+// its projections must be its own figures multiplied out.
+// FLEETLIMIT_UPDATE_DOCS=1 rewrites the table from the measurement.
+func TestCapacityTable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures 60,000 keys")
+	}
+	// Each algorithm and limit on a fresh server: a keyspace that the last
+	// row emptied shrinks its tables when Redis's cron gets to it, which
+	// would land in the middle of the next row's measurement. 10,000 keys
+	// each, so that used_memory's per-key growth stands out of its noise;
+	// 1,000 sliding logs of limit 1,000 (100 MB) are enough.
+	var reps []*compare.Report
+	for _, limit := range []int64{10, 100, 1000} {
+		for _, e := range algorithm.Registry() {
+			users := 10_000
+			if limit == 1000 && e.Exact {
+				users = 1000
+			}
+			server := redistest.StartServer(t)
+			srv, err := compare.Standalone(context.Background(), server.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reps = append(reps, runComparison(t, compare.Config{
+				Server: srv, Limit: limit, MemoryLimits: []int64{limit}, Users: users, Algorithms: []string{e.Name},
+				Scenarios: []string{compare.ManyUsers}, KeyPrefix: fleetlimit.DefaultKeyPrefix,
+			}))
+			_ = srv.Close()
+			server.Kill()
+		}
+	}
+	measured, err := compare.CapacityRows(reps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := compare.CapacityMarkdown(measured)
+	t.Logf("measured:\n%s", table)
+
+	const page = "docs/operations.md"
+	const begin, end = "<!-- capacity table: begin -->\n", "<!-- capacity table: end -->"
+	doc, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, rest, ok1 := strings.Cut(string(doc), begin)
+	block, after, ok2 := strings.Cut(rest, end)
+	if !ok1 || !ok2 {
+		t.Fatalf("%s has no %q ... %q block", page, begin, end)
+	}
+	if os.Getenv("FLEETLIMIT_UPDATE_DOCS") == "1" {
+		if err := os.WriteFile(page, []byte(before+begin+table+end+after), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s updated", page)
+		return
+	}
+	written := parseCapacityTable(t, block)
+	for _, m := range measured {
+		k := fmt.Sprintf("%s/%d", m.Algorithm, m.Limit)
+		d, ok := written[k]
+		if !ok {
+			t.Errorf("%s: no row for %s", page, k)
+			continue
+		}
+		if d.KeyBytes != m.KeyBytes || math.Abs(d.MemoryUsage-m.MemoryUsage) > 0.02*m.MemoryUsage ||
+			math.Abs(d.UsedMemory-m.UsedMemory) > 0.15*m.UsedMemory {
+			t.Errorf("%s: %s says key %d B, MEMORY USAGE %.0f B, used_memory %.0f B per key; measured %d B, %.0f B, %.0f B",
+				k, page, d.KeyBytes, d.MemoryUsage, d.UsedMemory, m.KeyBytes, m.MemoryUsage, m.UsedMemory)
+		}
+	}
+	// The page's projections are its own per-key figures multiplied out.
+	if regenerated := compare.CapacityMarkdown(slices.Collect(maps.Values(written))); !sameLines(regenerated, block) {
+		t.Errorf("%s: the projections are not the table's own figures multiplied out; want\n%s", page, regenerated)
+	}
+}
+
+// parseCapacityTable reads the capacity table's rows back, by
+// algorithm/limit.
+func parseCapacityTable(t *testing.T, block string) map[string]compare.CapacityRow {
+	t.Helper()
+	num := func(s string) float64 {
+		s = strings.NewReplacer(",", "", " B", "", "`", "").Replace(strings.TrimSpace(s))
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatalf("capacity table: %q is not a number", s)
+		}
+		return v
+	}
+	rows := map[string]compare.CapacityRow{}
+	for _, line := range strings.Split(block, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) < 5 || !strings.HasPrefix(cells[0], "`") {
+			continue
+		}
+		used, keys, _ := strings.Cut(cells[4], " (")
+		r := compare.CapacityRow{
+			Algorithm: strings.Trim(cells[0], "`"), Limit: int64(num(cells[1])), KeyBytes: int(num(cells[2])),
+			MemoryUsage: num(cells[3]), UsedMemory: num(used), Keys: int(num(strings.TrimSuffix(keys, ")"))),
+		}
+		rows[fmt.Sprintf("%s/%d", r.Algorithm, r.Limit)] = r
+	}
+	return rows
+}
+
+// sameLines reports whether a and b hold the same set of lines (the rows of
+// a map come in any order).
+func sameLines(a, b string) bool {
+	la, lb := strings.Split(strings.TrimSpace(a), "\n"), strings.Split(strings.TrimSpace(b), "\n")
+	slices.Sort(la)
+	slices.Sort(lb)
+	return slices.Equal(la, lb)
 }

@@ -1,6 +1,7 @@
 package fleetlimit_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestCompositeLimiter(t *testing.T) {
 		l, err := fleetlimit.New(algorithm.All(
 			algorithm.TokenBucket(2, time.Second, 2),
 			algorithm.FixedWindow(3, time.Hour),
-		), st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithClock(fixedClock(proptest.Epoch)))
+		), st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(proptest.Timeout), fleetlimit.WithClock(fixedClock(proptest.Epoch)))
 		require.NoError(t, err, name)
 		for i, want := range []struct {
 			allowed   bool
@@ -68,4 +69,39 @@ func TestCompositeFallback(t *testing.T) {
 	require.Equal(t, []int64{1, 2}, []int64{res.Limits()[0].Limit, res.Limits()[1].Limit}, "each member scaled to its share")
 	res, _ = l.Allow(bg, "u")
 	require.False(t, res.Allowed, "the scaled bucket holds 1")
+}
+
+// The penalty box through the Limiter on every store: three denials within
+// a minute ban the key for 5 minutes (RetryAfter the ban's remaining time);
+// Reset lifts the ban; a tier (WithStrategyFor) gets the same penalty;
+// invalid penalties are refused by New.
+func TestPenaltyLimiter(t *testing.T) {
+	for name, st := range stores.All(t) {
+		now := proptest.Epoch
+		tier := algorithm.Strategy(nil)
+		l, err := fleetlimit.New(algorithm.FixedWindow(2, time.Minute), st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(proptest.Timeout),
+			fleetlimit.WithClock(func() time.Time { return now }),
+			fleetlimit.WithPenalty(3, time.Minute, 5*time.Minute, time.Hour),
+			fleetlimit.WithStrategyFor(func(context.Context, string) (algorithm.Strategy, error) { return tier, nil }))
+		require.NoError(t, err, name)
+		for i, wantRetry := range []time.Duration{0, 0, 60 * time.Second, 60 * time.Second, 5 * time.Minute} {
+			res, err := l.Allow(bg, "u")
+			require.NoError(t, err, name)
+			require.Equal(t, wantRetry, res.RetryAfter, "%s request %d", name, i)
+		}
+		now = now.Add(2 * time.Minute) // a new window, but banned
+		res, err := l.Allow(bg, "u")
+		require.NoError(t, err, name)
+		require.Equal(t, [3]any{false, int64(0), 3 * time.Minute}, [3]any{res.Allowed, res.Remaining, res.RetryAfter}, name)
+		tier = algorithm.FixedWindow(100, time.Minute)
+		res, err = l.Allow(bg, "u")
+		require.NoError(t, err, name)
+		require.False(t, res.Allowed, "%s: the ban holds whatever the key's tier", name)
+		require.NoError(t, l.Reset(bg, "u"), name)
+		res, err = l.Allow(bg, "u")
+		require.NoError(t, err, name)
+		require.True(t, res.Allowed, "%s: Reset lifts the ban", name)
+	}
+	_, err := fleetlimit.New(algorithm.FixedWindow(2, time.Minute), store.NewMemory(), fleetlimit.WithPenalty(0, time.Minute, time.Minute, time.Hour))
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
 }

@@ -64,7 +64,7 @@ func ExampleWithClock() {
 	defer mem.Close()
 	now := time.Date(2026, 1, 1, 0, 0, 59, 0, time.UTC) // 1s before a minute edge
 	l, _ := fleetlimit.New(algorithm.FixedWindow(2, time.Minute), mem,
-		fleetlimit.WithClock(func() time.Time { return now }))
+		fleetlimit.WithName("edge"), fleetlimit.WithClock(func() time.Time { return now }))
 	admitted := 0
 	for range 2 {
 		for range 3 {
@@ -84,7 +84,7 @@ func ExampleLimiter_AllowN() {
 	defer mem.Close()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	l, _ := fleetlimit.New(algorithm.TokenBucket(1, time.Second, 5), mem,
-		fleetlimit.WithClock(func() time.Time { return t0 }))
+		fleetlimit.WithName("upload"), fleetlimit.WithClock(func() time.Time { return t0 }))
 	res, _ := l.AllowN(context.Background(), "upload:alice", 4)
 	fmt.Println(res.Allowed, res.Remaining)
 	res, _ = l.AllowN(context.Background(), "upload:alice", 3)
@@ -92,4 +92,68 @@ func ExampleLimiter_AllowN() {
 	// Output:
 	// true 1
 	// false 1 2s 4s
+}
+
+// Charge only successful calls: spend before calling a partner API, and
+// give the unit back when the call fails, so that failures do not eat the
+// client's quota.
+func ExampleLimiter_Refund() {
+	mem := store.NewMemory()
+	defer mem.Close()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l, _ := fleetlimit.New(algorithm.SlidingWindowLog(3, time.Minute), mem,
+		fleetlimit.WithClock(func() time.Time { return t0 }))
+	ctx := context.Background()
+	callPartner := func(i int) error {
+		if i%2 == 1 {
+			return errors.New("partner: 503")
+		}
+		return nil
+	}
+	for i := range 6 {
+		res, err := l.Allow(ctx, "tenant-7")
+		if err != nil && !errors.Is(err, fleetlimit.ErrStoreUnavailable) {
+			panic(err)
+		}
+		if !res.Allowed {
+			fmt.Printf("call %d: limited\n", i)
+			continue
+		}
+		if err := callPartner(i); err != nil {
+			res, _ = l.Refund(ctx, "tenant-7", 1) // it did not count
+			fmt.Printf("call %d: failed, refunded: remaining=%d\n", i, res.Remaining)
+			continue
+		}
+		fmt.Printf("call %d: ok: remaining=%d\n", i, res.Remaining)
+	}
+	// Output:
+	// call 0: ok: remaining=2
+	// call 1: failed, refunded: remaining=2
+	// call 2: ok: remaining=1
+	// call 3: failed, refunded: remaining=1
+	// call 4: ok: remaining=0
+	// call 5: limited
+}
+
+// A worker loop: each job waits for its turn under a fleet-wide limit of 2
+// per second instead of handling denials; the context bounds the wait.
+func ExampleLimiter_Wait() {
+	mem := store.NewMemory()
+	defer mem.Close()
+	l, _ := fleetlimit.New(algorithm.TokenBucket(2, time.Second, 2), mem)
+	jobs := []string{"a", "b", "c", "d"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, job := range jobs {
+		if _, err := l.Wait(ctx, "partner-api"); err != nil {
+			fmt.Println("giving up:", err)
+			return
+		}
+		fmt.Println("run", job) // a, b at once; c, d half a second apart
+	}
+	// Output:
+	// run a
+	// run b
+	// run c
+	// run d
 }

@@ -102,6 +102,9 @@ type LimitResult struct {
 
 // resultOf is the Result of s's decision d.
 func resultOf(s algorithm.Strategy, d algorithm.Decision) Result {
+	if u, ok := s.(interface{ Unwrap() algorithm.Strategy }); ok {
+		s = u.Unwrap() // a penalty box: its members are its strategy's
+	}
 	r := Result{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
 	ds := d.Members()
 	if len(ds) == 0 {
@@ -185,17 +188,25 @@ const DefaultKeyPrefix = "ratelimit:"
 // A Limiter is safe for concurrent use.
 type Limiter struct {
 	strategy algorithm.Strategy
+	decider  algorithm.Strategy // strategy, in its penalty box (WithPenalty) if any
 	store    store.Store
 	fallback *fallback    // nil without WithFallback
 	denials  *denialCache // nil without WithDenialCache
 	leases   *leases      // nil without WithLeases
 	peeking  bool         // a view of a limiter for Peek: leases only look
 	cfg      config
+	waits    *waitQueues                                      // WaitN's queues
+	sleep    func(ctx context.Context, d time.Duration) error // WaitN's; tests give a virtual one
 }
 
 // New returns a Limiter applying s through st. It returns an error wrapping
 // ErrInvalidConfig (and algorithm.ErrInvalidStrategy for a bad strategy) for
-// a nil or invalid strategy, a nil store, or an invalid option.
+// a nil or invalid strategy, a nil store, or an invalid option; and when a
+// limiter of this process, still reachable, over the same store and key
+// prefix, has the same name (WithName, or the strategy's name) or the same
+// algorithm but another strategy's parameters: the two would silently share
+// keys under different rules. Limiters with the same strategy, name and
+// prefix are one limit, as a fleet's instances are.
 func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil strategy", ErrInvalidConfig)
@@ -216,22 +227,34 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if err := cfg.validate(s); err != nil {
 		return nil, err
 	}
-	fb, err := newFallback(s, &cfg)
+	decider := s
+	if p := cfg.penalty; p != nil {
+		if decider = algorithm.Penalize(s, *p); decider.Validate() != nil {
+			return nil, fmt.Errorf("%w: WithPenalty: %w", ErrInvalidConfig, decider.Validate())
+		}
+	}
+	fb, err := newFallback(decider, &cfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.breaker == nil && !cfg.noBreaker {
 		cfg.breaker = newDefaultBreaker()
 	}
-	l := &Limiter{strategy: s, store: st, fallback: fb, cfg: cfg}
+	l := &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}, sleep: sleepReal}
 	if cfg.denialKeys > 0 {
+		if cfg.penalty != nil {
+			return nil, fmt.Errorf("%w: WithDenialCache with WithPenalty: the penalty box counts denials, and a denial answered from the cache would not be counted", ErrInvalidConfig)
+		}
 		l.denials = newDenialCache(cfg.denialKeys, cfg.clock != nil)
 	}
 	if cfg.leaseSize > 0 {
-		if err := checkLeasable(s, st); err != nil {
+		if err := checkLeasable(decider, st); err != nil {
 			return nil, err
 		}
 		l.leases = newLeases(cfg.leaseSize, cfg.leaseMaxAge, cfg.clock != nil)
+	}
+	if err := claimKeys(l); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
@@ -373,7 +396,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 		return l.callerGone(key, err)
 	}
 	if l.cfg.strategyFor != nil {
-		if req.Strategy, err = l.strategyFor(ctx, key); err != nil {
+		if req.Strategy, err = l.deciderFor(ctx, key); err != nil {
 			return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 		}
 	}
@@ -480,7 +503,7 @@ func (l *Limiter) request(key string, n int64) (store.Request, error) {
 		return store.Request{}, fmt.Errorf("%w: %d, want 1 to 2^53", ErrInvalidCost, n)
 	}
 	req := store.Request{
-		Strategy: l.strategy,
+		Strategy: l.decider,
 		Prefix:   l.cfg.prefix,
 		Key:      key,
 		N:        n,
@@ -551,6 +574,7 @@ type config struct {
 	denialKeys        int           // WithDenialCache; 0: none
 	leaseSize         int64         // WithLeases; 0: none
 	leaseMaxAge       time.Duration // WithLeases
+	penalty           *algorithm.Penalty
 
 	errs []error
 }

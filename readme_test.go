@@ -29,7 +29,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
-func readme(ctx context.Context, w http.ResponseWriter, userID string, mux *http.ServeMux, loginHandler, apiHandler http.Handler) error {
+func readme(ctx context.Context, w http.ResponseWriter, userID string, mux *http.ServeMux, loginHandler, apiHandler http.Handler, proUsers map[string]bool) error {
 %s
 	return nil
 }

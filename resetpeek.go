@@ -41,7 +41,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, err)
 	}
-	req := store.Request{Strategy: l.strategy, Prefix: l.cfg.prefix, Key: key, Timeout: l.cfg.timeout}
+	req := store.Request{Strategy: l.decider, Prefix: l.cfg.prefix, Key: key, Timeout: l.cfg.timeout}
 	err := rs.Reset(ctx, req)
 	if dc := l.denials; dc != nil {
 		dc.forget(key) // after the store's reset, even a failed one
@@ -99,11 +99,11 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	// A view of l whose stores peek: decide applies the breaker, the
 	// fallback and the policy exactly as for AllowN.
 	v := *l
-	v.store, v.peeking = peekStore{p}, true
+	v.store, v.peeking = viewStore{l.store, p.Peek}, true
 	if fb := l.fallback; fb != nil {
 		v.fallback = nil // the policy decides if the fallback cannot peek
 		if fp, ok := fb.store.(store.Peeker); ok {
-			v.fallback = &fallback{strategy: fb.strategy, store: peekStore{fp}, instances: fb.instances}
+			v.fallback = &fallback{strategy: fb.strategy, store: viewStore{fb.store, fp.Peek}, instances: fb.instances}
 		}
 	}
 	res, o, err := v.decide(ctx, key, n)
@@ -113,12 +113,26 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	return res, err
 }
 
-// peekStore is a Store whose decisions are peeks: Decide calls Peek. It is
-// only ever a Limiter's view for Peek, and is never closed.
-type peekStore struct{ p store.Peeker }
-
-func (s peekStore) Decide(ctx context.Context, req store.Request) (algorithm.Decision, error) {
-	return s.p.Peek(ctx, req)
+// viewStore is a Store whose Decide is another operation of base (its Peek
+// or Refund): a Limiter's view of its store for that operation, so that
+// decide applies the breaker, fallback and policy to it as to AllowN. It
+// names base's shards as base does (store.Sharded), so that the breaker
+// charges the same circuit per server. It is never closed.
+type viewStore struct {
+	base store.Store
+	op   func(context.Context, store.Request) (algorithm.Decision, error)
 }
 
-func (s peekStore) Close() error { return nil }
+func (s viewStore) Decide(ctx context.Context, req store.Request) (algorithm.Decision, error) {
+	return s.op(ctx, req)
+}
+
+func (s viewStore) Close() error { return nil }
+
+// Shard is base's Shard, or "" when base is not sharded.
+func (s viewStore) Shard(key string) string {
+	if sh, ok := s.base.(store.Sharded); ok {
+		return sh.Shard(key)
+	}
+	return ""
+}

@@ -106,6 +106,10 @@ export FLEETLIMIT_REQUIRE_REDIS=1
 
 race=-race
 [ "${NORACE:-}" = 1 ] && race=
+# The property tests run hundreds of cases per store under the race
+# detector: on a loaded 2-core machine the root package has run past go
+# test's default limit of 10 minutes (it takes about 2 on a quiet one).
+race="$race -timeout=30m"
 # The nested modules: the adapters whose dependencies (grpc-go,
 # client_golang) the core module does not carry, and the gRPC example.
 modules=(grpclimit promobserver examples/grpcserver)

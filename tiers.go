@@ -68,6 +68,16 @@ func (l *Limiter) strategyFor(ctx context.Context, key string) (algorithm.Strate
 	return s, nil
 }
 
+// deciderFor is strategyFor(ctx, key) in the limiter's penalty box, if it
+// has one (WithPenalty).
+func (l *Limiter) deciderFor(ctx context.Context, key string) (algorithm.Strategy, error) {
+	s, err := l.strategyFor(ctx, key)
+	if err != nil || l.cfg.penalty == nil {
+		return s, err
+	}
+	return algorithm.Penalize(s, *l.cfg.penalty), nil
+}
+
 // isNil reports whether v is nil or a nil pointer in an interface.
 func isNil(v any) bool {
 	if v == nil {

@@ -54,7 +54,7 @@ func TestPropertyTierSwitchBound(t *testing.T) {
 		var tier algorithm.Strategy
 		clock := &fakeclock.Clock{}
 		l, err := fleetlimit.New(largest, b.Store, fleetlimit.WithClock(clock.Now),
-			fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(proptest.Timeout),
+			fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(proptest.Timeout), fleetlimit.WithTimeout(proptest.Timeout),
 			fleetlimit.WithFailurePolicy(fleetlimit.FailClosed),
 			fleetlimit.WithStrategyFor(func(context.Context, string) (algorithm.Strategy, error) { return tier, nil }))
 		if err != nil {
@@ -124,7 +124,7 @@ func TestStrategyForTiers(t *testing.T) {
 	for name, st := range stores.All(t) {
 		free, pro := algorithm.SlidingWindowLog(10, time.Minute), algorithm.SlidingWindowLog(100, time.Minute)
 		plans := map[string]algorithm.Strategy{"paid": pro}
-		l, err := fleetlimit.New(free, st, fleetlimit.WithKeyPrefix(redistest.Prefix()),
+		l, err := fleetlimit.New(free, st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(proptest.Timeout),
 			fleetlimit.WithClock(fixedClock(proptest.Epoch)),
 			fleetlimit.WithStrategyFor(func(_ context.Context, key string) (algorithm.Strategy, error) { return plans[key], nil }))
 		require.NoError(t, err, name)
@@ -221,7 +221,7 @@ func TestStrategyForTokenBucketRemainder(t *testing.T) {
 		seven, one := algorithm.TokenBucket(7, time.Second, 7), algorithm.TokenBucket(1, time.Second, 1)
 		tier := seven
 		now := proptest.Epoch
-		l, err := fleetlimit.New(seven, st, fleetlimit.WithKeyPrefix(redistest.Prefix()),
+		l, err := fleetlimit.New(seven, st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(proptest.Timeout),
 			fleetlimit.WithClock(func() time.Time { return now }),
 			fleetlimit.WithStrategyFor(func(context.Context, string) (algorithm.Strategy, error) { return tier, nil }))
 		require.NoError(t, err, name)

@@ -3,7 +3,6 @@ package algorithm
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -16,16 +15,13 @@ const MaxMembers = 8
 
 // Composite is implemented by a strategy made of member strategies (All).
 // Its script takes one key per member (Script.Keys) and returns the four
-// figures of the calling convention for each member in turn; a store hands
-// them, in member order, to Combine.
+// figures of the calling convention for each member in turn, which it reads
+// as a Replier; its decisions list the members' (Decision.Members).
 type Composite interface {
 	Strategy
 	// Members returns the member strategies, in order. The slice must not
 	// be modified.
 	Members() []Strategy
-	// Combine returns the composite's decision on a request of cost n from
-	// its members' decisions on it, in member order.
-	Combine(members []Decision, n int64) Decision
 }
 
 // All returns a strategy that admits a request only when every member
@@ -93,6 +89,11 @@ func All(members ...Strategy) Strategy {
 	s.script = NewScript("all("+strings.Join(tags, ",")+")", src.String())
 	s.script.Keys = keys
 	s.script.Peeks = true
+	s.script.Refunds = true
+	for _, m := range members {
+		_, ok := m.(Refunder)
+		s.script.Refunds = s.script.Refunds && ok && m.Script().Refunds
+	}
 	return s
 }
 
@@ -135,14 +136,14 @@ func (s *all) validate() error {
 		return fmt.Errorf("%s: needs 1 to %d members, got %d: %w", algo, MaxMembers, len(s.members), ErrInvalidStrategy)
 	}
 	for i, m := range s.members {
-		if m == nil || reflect.ValueOf(m).Kind() == reflect.Pointer && reflect.ValueOf(m).IsNil() {
+		if m == nil || isNilPointer(m) {
 			return fmt.Errorf("%s: member %d is nil: %w", algo, i, ErrInvalidStrategy)
 		}
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("%s: member %d: %w", algo, i, err)
 		}
-		if _, ok := m.(Composite); ok {
-			return fmt.Errorf("%s: member %d (%s) is itself a composite; list its members instead: %w", algo, i, m.Name(), ErrInvalidStrategy)
+		if _, ok := m.(Replier); ok {
+			return fmt.Errorf("%s: member %d (%s) is itself a composite or has a penalty box; list plain strategies and put a penalty around the whole: %w", algo, i, m.Name(), ErrInvalidStrategy)
 		}
 		if _, ok := m.NewState().(Cloner); !ok {
 			return fmt.Errorf("%s: member %d (%s): its state is not an algorithm.Cloner, so it cannot decide without charging: %w", algo, i, m.Name(), ErrInvalidStrategy)
@@ -234,7 +235,7 @@ func (s *all) Decide(state State, now time.Time, n int64) (Decision, error) {
 	}
 	if admit {
 		copy(st.members, trial)
-		return s.Combine(ds, n), nil
+		return s.combine(ds, n), nil
 	}
 	for i, m := range s.members {
 		if !ds[i].Allowed {
@@ -250,11 +251,11 @@ func (s *all) Decide(state State, now time.Time, n int64) (Decision, error) {
 		}
 		ds[i] = Decision{Allowed: true, Limit: cur.Limit, Remaining: cur.Remaining, ResetAfter: cur.ResetAfter}
 	}
-	return s.Combine(ds, n), nil
+	return s.combine(ds, n), nil
 }
 
-// Combine is the composite's rule (see All); members are in member order.
-func (s *all) Combine(members []Decision, n int64) Decision {
+// combine is the composite's rule (see All); members are in member order.
+func (s *all) combine(members []Decision, n int64) Decision {
 	d := Decision{Allowed: true, members: &members}
 	tight := -1
 	never := false // the tightest is a member n can never pass
@@ -292,4 +293,46 @@ func (s *all) Scaled(divisor int64) Strategy {
 		scaled[i] = sc.Scaled(divisor)
 	}
 	return All(scaled...)
+}
+
+// Reply reads the script's reply, four integers per member, and combines
+// the members' decisions.
+func (s *all) Reply(ints []int64, n int64) (Decision, error) {
+	if len(ints) != 4*len(s.members) {
+		return Decision{}, fmt.Errorf("all: reply of %d integers for %d members", len(ints), len(s.members))
+	}
+	ds := make([]Decision, len(s.members))
+	for i, m := range s.members {
+		ds[i] = decisionOf(ints[4*i:4*i+4], m.Limit())
+	}
+	return s.combine(ds, n), nil
+}
+
+// Refund gives n back to every member by its own refund rule (each member
+// was charged n for every admission) and combines the members' standing
+// after it. A member that cannot refund makes it an error wrapping
+// errors.ErrUnsupported, with nothing given back.
+func (s *all) Refund(state State, now time.Time, n int64) (Decision, error) {
+	if s.err != nil {
+		return Decision{}, s.err
+	}
+	st, ok := state.(*allState)
+	if !ok || len(st.members) != len(s.members) {
+		return Decision{}, ErrStateType
+	}
+	rs := make([]Refunder, len(s.members))
+	for i, m := range s.members {
+		if rs[i], ok = m.(Refunder); !ok {
+			return Decision{}, fmt.Errorf("all: member %d (%s) cannot refund: %w", i, m.Name(), errors.ErrUnsupported)
+		}
+	}
+	ds := make([]Decision, len(s.members))
+	for i, r := range rs {
+		d, err := r.Refund(st.members[i], now, n)
+		if err != nil {
+			return Decision{}, err
+		}
+		ds[i] = d
+	}
+	return s.combine(ds, n), nil
 }

@@ -29,7 +29,7 @@ func TestPropertyAllTwinAgreement(t *testing.T) {
 	}
 	for _, b := range proptest.Backends(t, names...) {
 		t.Run(b.Name, func(t *testing.T) {
-			g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.AllCase(b, r) }, true)
+			g := proptest.WithRefunds(proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.AllCase(b, r) }, true))
 			proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) { return checkTwins(mem, b, s) }, g))
 		})
 	}

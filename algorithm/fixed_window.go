@@ -7,7 +7,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var fixedWindowScript = leasable(peekable(NewScript("fw", scripts.FixedWindow())))
+var fixedWindowScript = leasable(builtin(NewScript("fw", scripts.FixedWindow())))
 
 // FixedWindow returns the naive counter: at most limit units per window, with
 // windows aligned to multiples of window since the Unix epoch.
@@ -69,18 +69,9 @@ func (st *fixedWindowState) FullAt() int64 { return st.end }
 func (st *fixedWindowState) Clone() State { c := *st; return &c }
 
 func (s *fixedWindow) Decide(state State, now time.Time, n int64) (Decision, error) {
-	st, ok := state.(*fixedWindowState)
-	if !ok {
-		return Decision{}, ErrStateType
-	}
-	if s.window <= 0 || s.limit <= 0 {
-		return Decision{}, s.Validate()
-	}
-	t := now.UnixMicro()
-	idx := floorDiv(t, s.window)
-	if st.end != 0 && st.index > idx {
-		// Time never runs backwards for a key (see the Lua twin).
-		idx, t = st.index, st.index*s.window
+	st, idx, t, err := s.view(state, now)
+	if err != nil {
+		return Decision{}, err
 	}
 	end := (idx + 1) * s.window
 	var count int64
@@ -107,4 +98,47 @@ func (s *fixedWindow) Decide(state State, now time.Time, n int64) (Decision, err
 		d.RetryAfter = duration(end - t)
 	}
 	return d, nil
+}
+
+// Refund lowers the count of the window that holds now by n, at most to 0
+// (see Refunder). A key whose count belongs to an earlier window is left as
+// it is: that count no longer limits anything. A clock behind the key's
+// window is judged at that window's start, as Decide judges it.
+func (s *fixedWindow) Refund(state State, now time.Time, n int64) (Decision, error) {
+	st, idx, t, err := s.view(state, now)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Allowed: true, Limit: s.limit, Remaining: s.limit}
+	if st.end == 0 || st.index != idx {
+		return d, nil
+	}
+	// The state keeps its window even at a count of 0, so that a clock
+	// behind still cannot reopen an earlier window.
+	st.count -= min(n, st.count)
+	d.Remaining = max(0, s.limit-st.count) // a larger limit may share the key
+	if st.count > 0 {
+		d.ResetAfter = duration(st.end - t)
+	}
+	return d, nil
+}
+
+// view returns state as this strategy's, and the index of the window now
+// is judged in with the time it is judged at (µs): now, or the start of the
+// key's window when now is behind it, for time never runs backwards for a
+// key (see the Lua twin).
+func (s *fixedWindow) view(state State, now time.Time) (st *fixedWindowState, idx, t int64, err error) {
+	st, ok := state.(*fixedWindowState)
+	if !ok {
+		return nil, 0, 0, ErrStateType
+	}
+	if s.window <= 0 || s.limit <= 0 {
+		return nil, 0, 0, s.Validate()
+	}
+	t = now.UnixMicro()
+	idx = floorDiv(t, s.window)
+	if st.end != 0 && st.index > idx {
+		idx, t = st.index, st.index*s.window
+	}
+	return st, idx, t, nil
 }

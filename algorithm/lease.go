@@ -56,94 +56,63 @@ var (
 	_ Leaser = (*fixedWindow)(nil)
 )
 
-// Lease gives back (see Leaser) by moving the instant the bucket is full
-// again back·per/rate earlier, never past full — the tokens return exactly
-// as if they had never been taken, unless the bucket would have filled in
-// between, in which case it holds at most its burst — then leases from the
-// bucket's level.
+// Lease gives back (see Leaser) by the token bucket's Refund — the
+// tokens return exactly as if they had never been taken, unless the bucket
+// would have filled in between, in which case it holds at most its burst —
+// then leases from the bucket's level.
 func (s *tokenBucket) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
-	st, ok := state.(*tokenBucketState)
-	if !ok {
-		return Grant{}, ErrStateType
+	st, err := s.stateOf(state)
+	if err != nil {
+		return Grant{}, err
 	}
-	if s.r == 0 {
-		return Grant{}, s.Validate()
+	if terms.Back > 0 {
+		if _, err := s.Refund(st, now, terms.Back); err != nil {
+			return Grant{}, err
+		}
 	}
 	t := now.UnixMicro()
-	if terms.Back > 0 && st.tat > t {
-		e := st.e
-		if st.r != s.r {
-			e = 0 // in another tier's units: see Decide
-		}
-		u := e + min(terms.Back, s.burst)*s.p // more than burst fills any bucket
-		st.tat, st.e, st.r = st.tat-u/s.r, u%s.r, s.r
-		if st.tat <= t {
-			*st = tokenBucketState{}
-		}
-	}
-	var debt int64
-	if st.tat > t {
-		if st.tat-t > s.fill {
-			debt = s.capacity
-		} else {
-			e := st.e
-			if st.r != s.r {
-				e = 0
-			}
-			debt = min((st.tat-t)*s.r-e, s.capacity)
-		}
-	}
-	available := (s.capacity - debt) / s.p
+	available := (s.capacity - s.debt(st, t)) / s.p
 	if terms.Want == 0 {
 		return Grant{Decision: Decision{Limit: s.burst, Remaining: available}, At: t}, nil
 	}
-	g := n
-	if n <= s.burst && n <= available {
-		g = fairShare(n, terms.Want, available)
-	}
-	d, err := s.Decide(st, now, g)
-	if err != nil || !d.Allowed {
-		return Grant{Decision: d, At: t}, err
-	}
-	return Grant{Units: g, Decision: d, At: t}, nil
+	return grant(s, st, now, t, n, s.burst, available, terms.Want)
 }
 
-// Lease gives back (see Leaser) only to the window the earlier lease was
-// taken in, while it is the key's current window: a count of that window
-// is lowered by what the lease did not spend, at most to 0. Units of a
-// lease from an earlier window are not given back (that window's count no
-// longer limits anything, and lowering the current one would credit units
-// it never charged).
+// Lease gives back (see Leaser) by the fixed window's Refund, only to the
+// window the earlier lease was taken in, while it is the key's current
+// window: units of a lease from an earlier window are not given back (that
+// window's count no longer limits anything, and lowering the current one
+// would credit units it never charged).
 func (s *fixedWindow) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
-	st, ok := state.(*fixedWindowState)
-	if !ok {
-		return Grant{}, ErrStateType
+	st, idx, t, err := s.view(state, now)
+	if err != nil {
+		return Grant{}, err
 	}
-	if s.window <= 0 || s.limit <= 0 {
-		return Grant{}, s.Validate()
-	}
-	t := now.UnixMicro()
-	idx := floorDiv(t, s.window)
-	if st.end != 0 && st.index > idx {
-		idx, t = st.index, st.index*s.window // as Decide judges it
+	if terms.Back > 0 && floorDiv(terms.BackAt, s.window) == idx {
+		if _, err := s.Refund(st, now, terms.Back); err != nil {
+			return Grant{}, err
+		}
 	}
 	var count int64
 	if st.end != 0 && st.index == idx {
 		count = st.count
-		if terms.Back > 0 && floorDiv(terms.BackAt, s.window) == idx {
-			count -= min(terms.Back, count)
-			st.count = count // the window is kept, so a clock behind cannot reopen an earlier one
-		}
 	}
 	available := max(0, s.limit-count)
 	if terms.Want == 0 {
 		return Grant{Decision: Decision{Limit: s.limit, Remaining: available}, At: t}, nil
 	}
+	return grant(s, st, now, t, n, s.limit, available, terms.Want)
+}
+
+// grant takes a lease for a request of cost n from st, which has available
+// units of a capacity limit, judged at t (µs): the fair share when n
+// passes, else Decide's denial of n.
+func grant(s Strategy, st State, now time.Time, t, n, limit, available, want int64) (Grant, error) {
 	g := n
-	if n <= s.limit && n <= available {
-		g = fairShare(n, terms.Want, available)
+	if n <= limit && n <= available {
+		g = fairShare(n, want, available)
 	}
-	d, err := s.Decide(st, time.UnixMicro(t), g)
+	d, err := s.Decide(st, now, g)
 	if err != nil || !d.Allowed {
 		return Grant{Decision: d, At: t}, err
 	}

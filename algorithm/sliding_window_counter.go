@@ -9,7 +9,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var slidingWindowCounterScript = peekable(NewScript("swc", scripts.SlidingWindowCounter()))
+var slidingWindowCounterScript = builtin(NewScript("swc", scripts.SlidingWindowCounter()))
 
 // SlidingWindowCounter returns the sliding-window counter: the sliding-window
 // log's rule applied to an estimate, in constant memory.
@@ -127,40 +127,13 @@ func (st *slidingCounterState) FullAt() int64 { return st.full }
 func (st *slidingCounterState) Clone() State { c := *st; return &c }
 
 func (s *slidingWindowCounter) Decide(state State, now time.Time, n int64) (Decision, error) {
-	st, ok := state.(*slidingCounterState)
-	if !ok {
-		return Decision{}, ErrStateType
-	}
-	if s.err != nil {
-		return Decision{}, s.err
+	st, idx, e, prev, cur, err := s.view(state, now)
+	if err != nil {
+		return Decision{}, err
 	}
 	w := s.window
-	t := now.UnixMicro()
-	idx := floorDiv(t, w)
-	var prev, cur int64
-	if st.full != 0 {
-		if st.index > MaxInt/w {
-			// Counted by a strategy with a much shorter window sharing the
-			// Script.Tag; the Lua twin says WRONGTYPE.
-			return Decision{}, fmt.Errorf("sliding window counter: window index %d at a window of %v starts beyond 2^53 µs: %w", st.index, s.d, ErrStateType)
-		}
-		if st.index > idx {
-			// Time never runs backwards for a key (see the Lua twin).
-			idx, t = st.index, st.index*w
-		}
-		switch st.index {
-		case idx:
-			prev, cur = st.prev, st.cur
-		case idx - 1:
-			prev = st.cur
-		}
-	}
-	e := t - idx*w
 	x := w - e // µs of window idx-1 still inside [t-w, t), 1 to w
-	weighted, rem := mulDiv(prev, x, w)
-	if rem > 0 {
-		weighted++ // prev*x/w rounded up
-	}
+	weighted := s.weighted(prev, x)
 	room := s.limit - cur // negative when a larger limit shares the key
 
 	d := Decision{Limit: s.limit}
@@ -171,13 +144,7 @@ func (s *slidingWindowCounter) Decide(state State, now time.Time, n int64) (Deci
 		d.ResetAfter = duration(2*w - e)
 		return d, nil
 	}
-	var reset int64
-	switch {
-	case cur > 0:
-		reset = 2*w - e
-	case prev > 0:
-		reset = x
-	}
+	reset := resetAfter(w, e, prev, cur)
 	d.Remaining = max(0, room-weighted)
 	d.ResetAfter = duration(reset)
 	switch {
@@ -195,6 +162,92 @@ func (s *slidingWindowCounter) Decide(state State, now time.Time, n int64) (Deci
 		d.RetryAfter = duration(x + w - q)
 	}
 	return d, nil
+}
+
+// view returns state as this strategy's, the key's window index at now, e (µs into that window),
+// and the counts that weigh there: cur admitted in it, prev in the one
+// before. A clock behind the key's window is judged at that window's start:
+// time never runs backwards for a key (see the Lua twin).
+func (s *slidingWindowCounter) view(state State, now time.Time) (st *slidingCounterState, idx, e, prev, cur int64, err error) {
+	st, ok := state.(*slidingCounterState)
+	if !ok {
+		return nil, 0, 0, 0, 0, ErrStateType
+	}
+	if s.err != nil {
+		return nil, 0, 0, 0, 0, s.err
+	}
+	w := s.window
+	t := now.UnixMicro()
+	idx = floorDiv(t, w)
+	if st.full != 0 {
+		if st.index > MaxInt/w {
+			// Counted by a strategy with a much shorter window sharing the
+			// Script.Tag; the Lua twin says WRONGTYPE.
+			return nil, 0, 0, 0, 0, fmt.Errorf("sliding window counter: window index %d at a window of %v starts beyond 2^53 µs: %w", st.index, s.d, ErrStateType)
+		}
+		if st.index > idx {
+			idx, t = st.index, st.index*w
+		}
+		switch st.index {
+		case idx:
+			prev, cur = st.prev, st.cur
+		case idx - 1:
+			prev = st.cur
+		}
+	}
+	return st, idx, t - idx*w, prev, cur, nil
+}
+
+// weighted is prev*x/window rounded up: what the previous window's count
+// weighs x µs before the current window's end.
+func (s *slidingWindowCounter) weighted(prev, x int64) int64 {
+	q, rem := mulDiv(prev, x, s.window)
+	if rem > 0 {
+		q++
+	}
+	return q
+}
+
+// resetAfter is the time until a key with counts prev and cur, e µs into
+// its window of w µs, is back at full capacity: the end of the next window
+// while cur weighs, else the end of this one while prev does.
+func resetAfter(w, e, prev, cur int64) int64 {
+	switch {
+	case cur > 0:
+		return 2*w - e
+	case prev > 0:
+		return w - e
+	}
+	return 0
+}
+
+// Refund takes n units off the current window's count, then what is left
+// of n off the previous window's, at most to 0 each (see Refunder). The key
+// keeps its window index, so that a clock behind still cannot reopen an
+// earlier window.
+func (s *slidingWindowCounter) Refund(state State, now time.Time, n int64) (Decision, error) {
+	st, idx, e, prev, cur, err := s.view(state, now)
+	if err != nil {
+		return Decision{}, err
+	}
+	w := s.window
+	k := min(n, cur)
+	cur -= k
+	prev -= min(n-k, prev)
+	if st.full != 0 {
+		st.index, st.prev, st.cur = idx, prev, cur
+		st.full = (idx + 1) * w
+		if cur > 0 {
+			st.full += w
+		}
+	}
+	room := s.limit - cur
+	return Decision{
+		Allowed:    true,
+		Limit:      s.limit,
+		Remaining:  max(0, room-s.weighted(prev, w-e)),
+		ResetAfter: duration(resetAfter(w, e, prev, cur)),
+	}, nil
 }
 
 // mulDiv returns ⌊a*b/c⌋ and a*b mod c, exactly, for a, b >= 0 and c > 0

@@ -9,7 +9,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var slidingWindowLogScript = peekable(NewScript("sl", scripts.SlidingWindowLog()))
+var slidingWindowLogScript = builtin(NewScript("sl", scripts.SlidingWindowLog()))
 
 // MaxLogLimit is the largest limit SlidingWindowLog accepts: at a million
 // units a key's log holds up to a million sorted-set members (~100 MB) and
@@ -104,29 +104,7 @@ func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision
 	if s.window <= 0 || s.limit <= 0 {
 		return Decision{}, s.Validate()
 	}
-	t := now.UnixMicro()
-	live := st.log[st.head:]
-	var newest int64
-	if len(live) > 0 {
-		// Time never runs backwards for a key (see the Lua twin).
-		newest = live[len(live)-1].at
-		if newest > t {
-			t = newest
-		}
-	}
-	// Evict every unit admitted at or before t - window.
-	cutoff := t - s.window
-	for st.head < len(st.log) && st.log[st.head].at <= cutoff {
-		st.count -= st.log[st.head].n
-		st.head++
-	}
-	if st.head == len(st.log) {
-		st.log, st.head = st.log[:0], 0
-	} else if st.head > 32 && st.head*2 >= len(st.log) {
-		st.log = st.log[:copy(st.log, st.log[st.head:])]
-		st.head = 0
-	}
-
+	t, newest := s.evict(st, now)
 	d := Decision{Limit: s.limit}
 	if n <= s.limit && st.count+n <= s.limit {
 		if k := len(st.log); k > st.head && st.log[k-1].at == t {
@@ -161,6 +139,61 @@ func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision
 			break
 		}
 		k -= e.n
+	}
+	return d, nil
+}
+
+// evict drops from st every unit admitted at or before t - window, where t
+// is now, or the newest admission's time when now is behind it: time never
+// runs backwards for a key (see the Lua twin). It returns t and the newest
+// admission's time (0 for an empty log) as they were before the eviction.
+func (s *slidingWindowLog) evict(st *slidingLogState, now time.Time) (t, newest int64) {
+	t = now.UnixMicro()
+	if live := st.log[st.head:]; len(live) > 0 {
+		newest = live[len(live)-1].at
+		t = max(t, newest)
+	}
+	cutoff := t - s.window
+	for st.head < len(st.log) && st.log[st.head].at <= cutoff {
+		st.count -= st.log[st.head].n
+		st.head++
+	}
+	if st.head == len(st.log) {
+		st.log, st.head = st.log[:0], 0
+	} else if st.head > 32 && st.head*2 >= len(st.log) {
+		st.log = st.log[:copy(st.log, st.log[st.head:])]
+		st.head = 0
+	}
+	return t, newest
+}
+
+// Refund removes the key's n newest live units from the log, or all of
+// them if it holds fewer (see Refunder); expired units are evicted first,
+// as Decide evicts them.
+func (s *slidingWindowLog) Refund(state State, now time.Time, n int64) (Decision, error) {
+	st, ok := state.(*slidingLogState)
+	if !ok {
+		return Decision{}, ErrStateType
+	}
+	if s.window <= 0 || s.limit <= 0 {
+		return Decision{}, s.Validate()
+	}
+	t, _ := s.evict(st, now)
+	for n > 0 && len(st.log) > st.head {
+		last := &st.log[len(st.log)-1]
+		k := min(n, last.n)
+		last.n -= k
+		st.count -= k
+		n -= k
+		if last.n == 0 {
+			st.log = st.log[:len(st.log)-1]
+		}
+	}
+	d := Decision{Allowed: true, Limit: s.limit, Remaining: max(0, s.limit-st.count)}
+	if len(st.log) > st.head {
+		d.ResetAfter = duration(st.log[len(st.log)-1].at + s.window - t)
+	} else {
+		st.log, st.head = st.log[:0], 0
 	}
 	return d, nil
 }

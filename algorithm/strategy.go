@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -138,15 +139,21 @@ type Script struct {
 	// as usual and writes nothing. The built-in scripts do; a store refuses
 	// to peek with a script that does not. Default (NewScript): false.
 	Peeks bool
+	// Refunds reports that Source honours the calling convention's refund
+	// mode (see package scripts): sent "refund" as its last argument, it
+	// gives back n units as the strategy's Refund does (see Refunder). The
+	// built-in scripts do; a store refuses to refund with a script that
+	// does not. Default (NewScript): false.
+	Refunds bool
 	// Leases reports that Source honours the calling convention's lease
 	// mode (see package scripts and Leaser). The token bucket's and the
 	// fixed window's do. Default (NewScript): false.
 	Leases bool
 }
 
-// peekable returns s with Peeks set, for the built-in scripts.
-func peekable(s *Script) *Script {
-	s.Peeks = true
+// builtin returns s with Peeks and Refunds set, for the built-in scripts.
+func builtin(s *Script) *Script {
+	s.Peeks, s.Refunds = true, true
 	return s
 }
 
@@ -215,4 +222,10 @@ func neverPassable(reset, window int64) int64 {
 		return reset
 	}
 	return window
+}
+
+// isNilPointer reports whether v holds a nil pointer.
+func isNilPointer(v any) bool {
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }

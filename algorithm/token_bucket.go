@@ -8,7 +8,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var tokenBucketScript = leasable(peekable(NewScript("tb", scripts.TokenBucket())))
+var tokenBucketScript = leasable(builtin(NewScript("tb", scripts.TokenBucket())))
 
 // TokenBucket returns a token bucket: rate tokens refill per period per,
 // continuously; the bucket holds at most burst; a request of cost n takes n
@@ -98,30 +98,12 @@ func (st *tokenBucketState) FullAt() int64 { return st.tat }
 func (st *tokenBucketState) Clone() State { c := *st; return &c }
 
 func (s *tokenBucket) Decide(state State, now time.Time, n int64) (Decision, error) {
-	st, ok := state.(*tokenBucketState)
-	if !ok {
-		return Decision{}, ErrStateType
-	}
-	if s.r == 0 { // not valid: its units were never computed
-		return Decision{}, s.Validate()
+	st, err := s.stateOf(state)
+	if err != nil {
+		return Decision{}, err
 	}
 	t := now.UnixMicro()
-	e := st.e
-	if st.r != s.r {
-		// e is in the units of a bucket of another rate (a per-key tier,
-		// fleetlimit.WithStrategyFor): leave it out, which counts the debt
-		// up to a microsecond's refill high, never low.
-		e = 0
-	}
-	// debt is the capacity minus the level, in units.
-	var debt int64
-	if st.tat > t {
-		if st.tat-t > s.fill {
-			debt = s.capacity // a clock far behind sees an empty bucket
-		} else {
-			debt = min((st.tat-t)*s.r-e, s.capacity)
-		}
-	}
+	debt := s.debt(st, t)
 	d := Decision{Limit: s.burst}
 	if n <= s.burst && debt+n*s.p <= s.capacity {
 		debt += n * s.p
@@ -141,4 +123,68 @@ func (s *tokenBucket) Decide(state State, now time.Time, n int64) (Decision, err
 		d.RetryAfter = duration(ceilDiv(debt+n*s.p-s.capacity, s.r))
 	}
 	return d, nil
+}
+
+// debt is the capacity minus the bucket's level at t, in units: 0 when full,
+// at most the capacity.
+func (s *tokenBucket) debt(st *tokenBucketState, t int64) int64 {
+	switch {
+	case st.tat <= t:
+		return 0
+	case st.tat-t > s.fill:
+		return s.capacity // a clock far behind sees an empty bucket
+	}
+	return min((st.tat-t)*s.r-s.remainder(st), s.capacity)
+}
+
+// remainder is st's e in this bucket's units: e, or 0 when a bucket of
+// another rate wrote it (a per-key tier, fleetlimit.WithStrategyFor), which
+// counts the debt up to a microsecond's refill high, never low.
+func (s *tokenBucket) remainder(st *tokenBucketState) int64 {
+	if st.r != s.r {
+		return 0
+	}
+	return st.e
+}
+
+// Refund puts n tokens back (see Refunder): the instant the bucket is full
+// again moves n*per/rate earlier, and once it is at or before now the
+// bucket is full and the key's state is a fresh key's. The move is made on
+// the stored instant, not on the debt seen at now, so a clock behind the
+// last writer's gets back exactly n tokens, never the lag as well.
+func (s *tokenBucket) Refund(state State, now time.Time, n int64) (Decision, error) {
+	st, err := s.stateOf(state)
+	if err != nil {
+		return Decision{}, err
+	}
+	t := now.UnixMicro()
+	if st.tat > t {
+		// Full at tat - e/r; n tokens earlier is tat - (e + n*p)/r. More
+		// than burst tokens fill any bucket, and keep u below 2^53.
+		u := s.remainder(st) + min(n, s.burst)*s.p
+		st.tat, st.e, st.r = st.tat-u/s.r, u%s.r, s.r
+		if st.tat <= t {
+			*st = tokenBucketState{}
+		}
+	}
+	debt := s.debt(st, t)
+	return Decision{
+		Allowed:    true,
+		Limit:      s.burst,
+		Remaining:  (s.capacity - debt) / s.p,
+		ResetAfter: duration(ceilDiv(debt, s.r)),
+	}, nil
+}
+
+// stateOf returns state as this strategy's, or the error Decide and Refund
+// return.
+func (s *tokenBucket) stateOf(state State) (*tokenBucketState, error) {
+	st, ok := state.(*tokenBucketState)
+	if !ok {
+		return nil, ErrStateType
+	}
+	if s.r == 0 { // not valid: its units were never computed
+		return nil, s.Validate()
+	}
+	return st, nil
 }

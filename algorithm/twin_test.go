@@ -20,8 +20,10 @@ import (
 // Remaining, RetryAfter, ResetAfter — on the same generated timeline over
 // several keys. One timeline in three is unsorted, as instances with skewed
 // clocks deliver it, so the "time never runs backwards" clamps are compared
-// too. Each request is peeked at (Limiter.Peek) on both before it is
-// decided, and the peeks must agree too. A change to one twin that is not
+// too. One arrival in four is a refund (Limiter.Refund) of its cost, which
+// may be more than the key holds, and the refunds' Results must agree too.
+// Each request is peeked at (Limiter.Peek) on both before it is decided (or
+// refunded), and the peeks must agree too. A change to one twin that is not
 // made in the other fails here.
 func TestPropertyTwinAgreement(t *testing.T) {
 	mem := proptest.Memory(t)
@@ -30,7 +32,7 @@ func TestPropertyTwinAgreement(t *testing.T) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, b := range bs {
 				t.Run(b.Name, func(t *testing.T) {
-					g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return twinCase(e, b, r) }, true)
+					g := proptest.WithRefunds(proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return twinCase(e, b, r) }, true))
 					proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) { return checkTwins(mem, b, s) }, g))
 				})
 			}
@@ -58,7 +60,7 @@ func checkTwins(mem *store.Memory, b proptest.Backend, s proptest.Scenario) (str
 		for _, op := range []struct {
 			what string
 			run  func(*proptest.Rig, proptest.Event) (fleetlimit.Result, error)
-		}{{"peek at", (*proptest.Rig).Peek}, {"decision of", (*proptest.Rig).At}} {
+		}{{"peek at", (*proptest.Rig).Peek}, {"decision or refund of", (*proptest.Rig).At}} {
 			g, err := op.run(goRule, ev)
 			if err != nil {
 				return "", err
@@ -68,8 +70,8 @@ func checkTwins(mem *store.Memory, b proptest.Backend, s proptest.Scenario) (str
 				return "", err
 			}
 			if !proptest.SameResult(g, l) {
-				return fmt.Sprintf("%s request %d (%q n=%d at +%v): Go rule %+v %+v, Lua script %+v %+v",
-					op.what, i, ev.Key, ev.N, ev.At.Sub(s.Base), g, g.Limits(), l, l.Limits()), nil
+				return fmt.Sprintf("%s request %d (%s at +%v): Go rule %+v %+v, Lua script %+v %+v",
+					op.what, i, ev, ev.At.Sub(s.Base), g, g.Limits(), l, l.Limits()), nil
 			}
 		}
 	}

@@ -13,7 +13,9 @@
 -- ARGV[2]  n, the cost of this request
 -- ARGV[3..] for each member in order: c (the count of its own parameters),
 --          probe (a cost above its limit), then its c parameters
--- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
+--              refund: every member gives back n (each was charged n for
+--              every admission) by its own refund rule
 -- Returns, for each member in order, {allowed, remaining, retry_after_us,
 -- reset_after_us}; algorithm.All combines them into the decision.
 --
@@ -34,6 +36,7 @@ if now == '' then
 end
 local n = ARGV[2]
 local peek = ARGV[#ARGV] == 'peek'
+local refund = ARGV[#ARGV] == 'refund'
 
 local args, probes = {}, {}
 local i = 3
@@ -46,20 +49,30 @@ for m = 1, #member do
   i = i + 2 + c
 end
 
--- call runs member m with cost (its own parameters after it) and, with
--- dry, the peek flag.
-local function call(m, cost, dry)
+-- call runs member m with cost (its own parameters after it) and, when
+-- given, a mode ('peek' or 'refund').
+local function call(m, cost, mode)
   local a = {}
   for j = 1, #args[m] do a[j] = args[m][j] end
   a[2] = cost
-  if dry then a[#a + 1] = 'peek' end
+  if mode then a[#a + 1] = mode end
   return member[m]({KEYS[m]}, a)
 end
 
 local replies = {}
+if refund then
+  local out = {}
+  for m = 1, #member do
+    local r = call(m, n, 'refund')
+    if r.err then return r end
+    for j = 1, 4 do out[#out + 1] = r[j] end
+  end
+  return out
+end
+
 local admit = true
 for m = 1, #member do
-  local r = call(m, n, true)
+  local r = call(m, n, 'peek')
   if r.err then return r end
   replies[m] = r
   if r[1] ~= 1 then admit = false end
@@ -67,14 +80,14 @@ end
 
 if admit and not peek then
   for m = 1, #member do
-    local r = call(m, n, false)
+    local r = call(m, n)
     if r.err then return r end
     replies[m] = r
   end
 elseif not admit then
   for m = 1, #member do
     if replies[m][1] == 1 then
-      local r = call(m, probes[m], true)
+      local r = call(m, probes[m], 'peek')
       if r.err then return r end
       replies[m] = {1, r[2], 0, r[4]}
     end

@@ -6,9 +6,11 @@
 -- ARGV[2]  n, the cost of this request
 -- ARGV[3]  limit, the most units admitted per window
 -- ARGV[4]  window, in microseconds
--- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "lease" on a
---              lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want
---              (see below and algorithm.Leaser)
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
+--              refund: lower this window's count by n (below); "lease" on a
+--              lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want:
+--              refund back units if the lease taken at back_at was taken in
+--              this window, then take a lease (below and algorithm.Leaser)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
 -- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
@@ -24,6 +26,7 @@
 -- sliding_window_log.lua).
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
+local refund = ARGV[#ARGV] == 'refund'
 local lease = ARGV[#ARGV] == 'lease'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
@@ -56,17 +59,32 @@ if v then
 end
 local window_end = (idx + 1) * window
 
-local granted = n
-if lease then
-  -- Hand-back only to the window the earlier lease was taken in, while it
-  -- is the key's current one; the window is kept at a count of 0, so a
-  -- clock behind cannot reopen an earlier one.
-  local back = tonumber(ARGV[#ARGV - 2])
-  if back > 0 and count > 0 and math.floor(tonumber(ARGV[#ARGV - 3]) / window) == idx then
+local back = 0
+if refund then
+  back = n
+elseif lease and math.floor(tonumber(ARGV[#ARGV - 3]) / window) == idx then
+  -- A lease's units go back only to the window it was taken in.
+  back = tonumber(ARGV[#ARGV - 2])
+end
+if back > 0 then
+  -- Only a count of the current window is lowered: a key whose count
+  -- belongs to an earlier window no longer limits anything, and the refund
+  -- leaves it alone. The window is kept at a count of 0, so that a clock
+  -- behind still cannot reopen an earlier one.
+  if v and count > 0 then
     count = count - math.min(back, count)
     redis.call('SET', key, string.format('%d:%d', idx, count),
       'PX', math.ceil((window_end - now) / 1000))
   end
+end
+if refund then
+  local reset = 0
+  if count > 0 then reset = window_end - now end
+  return {1, math.max(0, limit - count), 0, reset}
+end
+
+local granted = n
+if lease then
   -- The fair share: at most half of what the window has left, unless n
   -- alone needs more; never more than want (see algorithm.Leaser).
   local want = tonumber(ARGV[#ARGV - 1])

@@ -13,12 +13,19 @@
 //	           read the Redis server's TIME (so app-server clocks cannot skew it)
 //	ARGV[2]    n, the cost of this request (an integer >= 1)
 //	ARGV[3..]  the strategy's own parameters (algorithm.Strategy.ScriptArgs)
-//	ARGV[#ARGV]  "peek", appended only for a peek (fleetlimit.Limiter.Peek):
-//	           the script decides exactly as it otherwise would and writes
-//	           nothing (no SET, ZADD, ZREMRANGEBYSCORE or PEXPIRE), so that
-//	           the key's value and TTL are unchanged and the script also runs
-//	           on a read-only replica. No parameter of ours is "peek", so
-//	           without the flag the last argument never reads as one.
+//	ARGV[#ARGV]  the mode, appended only when it is not a decision:
+//	  "peek"   (fleetlimit.Limiter.Peek) the script decides exactly as it
+//	           otherwise would and writes nothing (no SET, ZADD,
+//	           ZREMRANGEBYSCORE or PEXPIRE), so that the key's value and
+//	           TTL are unchanged and the script also runs on a read-only
+//	           replica;
+//	  "refund" (fleetlimit.Limiter.Refund) the script gives back n units
+//	           by the strategy's refund rule (algorithm.Refunder, written
+//	           once in Go and once here) and returns the key's standing
+//	           after it: allowed 1, remaining, retry_after_us 0,
+//	           reset_after_us.
+//	         No parameter of ours is "peek" or "refund", so without a mode
+//	         the last argument never reads as one.
 //
 // or "lease", appended only for a lease (fleetlimit.WithLeases), after
 // three more arguments: back_at, back and want (algorithm.LeaseTerms). The
@@ -30,10 +37,11 @@
 //
 // and returns {allowed (1 or 0), remaining, retry_after_us, reset_after_us}.
 // A composite (algorithm.All, all.lua) takes one key per member and returns
-// those four for each member in turn.
-// A script that honours the peek flag says so with algorithm.Script.Peeks;
-// one that does not (a custom strategy's, written before it) is never sent
-// it.
+// those four for each member in turn; a penalty box (penalty.lua) returns
+// four of its own before its inner script's.
+// A script that honours a mode says so with algorithm.Script.Peeks or
+// algorithm.Script.Refunds; one that does not (a custom strategy's, written
+// before the mode) is never sent it.
 // All arithmetic is on integers below 2^53, which a Lua number (a double)
 // holds exactly; time is never a float of seconds.
 package scripts
@@ -70,3 +78,10 @@ var all string
 // All returns the driver of algorithm.All's script, which the composite
 // completes with its members' scripts (see all.lua for how).
 func All() string { return all }
+
+//go:embed penalty.lua
+var penalty string
+
+// Penalty returns the driver of algorithm.Penalize's script, which the
+// penalty box completes with its inner strategy's script (see penalty.lua).
+func Penalty() string { return penalty }

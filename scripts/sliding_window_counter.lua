@@ -8,7 +8,8 @@
 -- ARGV[2]  n, the cost of this request
 -- ARGV[3]  limit, the most units the estimate may reach
 -- ARGV[4]  window, in microseconds
--- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
+--              refund: take n off the counts, newest first (below)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}.
 --
 -- Windows are [i*window, (i+1)*window) since the Unix epoch. e microseconds
@@ -71,6 +72,7 @@ end
 
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
+local refund = ARGV[#ARGV] == 'refund'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
@@ -108,6 +110,21 @@ if v then
   end
 end
 
+if refund and v then
+  -- Refund: n comes off the current window's count first, then what is
+  -- left of it off the previous window's, which still weighs; a count two
+  -- windows old weighs nothing and is not touched. The key keeps its
+  -- window index (so that a clock behind still cannot reopen an earlier
+  -- window) until its counts weigh nothing.
+  local k = math.min(n, cur)
+  cur = cur - k
+  prev = prev - math.min(n - k, prev)
+  local ttl = window - e
+  if cur > 0 then ttl = ttl + window end
+  redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur),
+    'PX', math.ceil(ttl / 1000))
+end
+
 -- x is how much of window idx-1 is still inside [now - window, now), 1 to
 -- window microseconds; weighted is prev*x/window rounded up.
 local x = window - e
@@ -116,6 +133,20 @@ if rem > 0 then weighted = weighted + 1 end
 -- room may be negative when a limiter with a larger limit shares this key;
 -- it is tested before the subtraction so that room - weighted stays exact.
 local room = limit - cur
+
+-- The key is back at full capacity at the end of the next window while cur
+-- weighs, else at the end of this one while prev does.
+local reset = 0
+if cur > 0 then
+  reset = 2 * window - e
+elseif prev > 0 then
+  reset = x
+end
+-- Remaining is never negative, even when a limiter with a larger limit
+-- shares this key.
+local remaining = 0
+if room > weighted then remaining = room - weighted end
+if refund then return {1, remaining, 0, reset} end
 
 if n <= limit and room >= 0 and n <= room - weighted then
   -- The count weighs until the end of the next window: the key is full again
@@ -127,12 +158,6 @@ if n <= limit and room >= 0 and n <= room - weighted then
   return {1, room - weighted - n, 0, 2 * window - e}
 end
 
-local reset = 0
-if cur > 0 then
-  reset = 2 * window - e
-elseif prev > 0 then
-  reset = x
-end
 local retry
 if n > limit then
   -- Never passable: say when the key is full again (or a whole window).
@@ -149,8 +174,4 @@ else
   -- to the largest x'' with cur*x'' <= (limit - n)*window (x'' < window).
   retry = x + window - muldiv(limit - n, window, cur)
 end
--- Remaining is never negative, even when a limiter with a larger limit
--- shares this key.
-local remaining = 0
-if room > weighted then remaining = room - weighted end
 return {0, remaining, retry, reset}

@@ -6,7 +6,8 @@
 -- ARGV[2]  n, the cost of this request
 -- ARGV[3]  limit, the most units admitted in any interval of length window
 -- ARGV[4]  window, in microseconds
--- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
+--              refund: remove the n newest live units (below)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}.
 --
 -- A unit admitted at t counts against [t, t+window) and is evicted once
@@ -23,6 +24,7 @@
 -- answered exactly.
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
+local refund = ARGV[#ARGV] == 'refund'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
@@ -57,6 +59,25 @@ end
 -- the top).
 local expired = string.format('%d', now - window)
 local count = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
+
+if refund then
+  -- The expired units go, then the n newest live ones (ZPOPMAX takes the
+  -- highest scores, and among equal scores the highest seq: see the member
+  -- names below), or all of them if there are fewer. Neither grows memory,
+  -- so a full Redis still takes a refund. The key's TTL follows its new
+  -- newest unit; an emptied set is gone.
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+  local k = math.min(n, count)
+  if k > 0 then redis.call('ZPOPMAX', key, string.format('%d', k)) end
+  count = count - k
+  local reset = 0
+  if count > 0 then
+    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    reset = tonumber(top[2]) + window - now
+    redis.call('PEXPIRE', key, math.ceil(reset / 1000))
+  end
+  return {1, math.max(0, limit - count), 0, reset}
+end
 
 -- n <= limit - count, not count + n <= limit: the sum of two doubles can
 -- round (at a limit near 2^53), the difference cannot.

@@ -6,9 +6,11 @@
 -- ARGV[3]  burst, the bucket's capacity in tokens
 -- ARGV[4]  R, units refilled per microsecond
 -- ARGV[5]  P, units per token
--- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "lease" on a
---              lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want
---              (see below and algorithm.Leaser)
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
+--              refund: put n tokens back (below); "lease" on a lease, after
+--              ARGV[#ARGV-3..#ARGV-1] = back_at, back, want: put back
+--              tokens back as a refund does, then take a lease (below and
+--              algorithm.Leaser)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
 -- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
@@ -32,6 +34,7 @@
 -- sliding_window_log.lua).
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
+local refund = ARGV[#ARGV] == 'refund'
 local lease = ARGV[#ARGV] == 'lease'
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
@@ -63,11 +66,14 @@ if v then
   end
   tat, e = tonumber(tat), tonumber(e)
   if r and tonumber(r) ~= R then e = 0 end
-  local back = lease and tonumber(ARGV[#ARGV - 2]) or 0
+  local back = 0
+  if refund then back = n elseif lease then back = tonumber(ARGV[#ARGV - 2]) end
   if back > 0 and tat > now then
-    -- Lease hand-back: the bucket is full at tat - e/R; back tokens earlier
-    -- is tat - (e + back*P)/R. More than burst tokens fill any bucket, and
-    -- keep u below 2^53. Once full, the key goes, as it would expire.
+    -- Refund: the bucket is full at tat - e/R; n tokens earlier is
+    -- tat - (e + n*P)/R, moved on the stored instant (not on the debt seen
+    -- at now) so that a clock behind gets back exactly n tokens. More than
+    -- burst tokens fill any bucket, and keep u below 2^53. Once full, the
+    -- key goes, as it would expire.
     local u = e + math.min(back, burst) * P
     local rem = math.fmod(u, R)
     tat, e = tat - (u - rem) / R, rem
@@ -90,6 +96,10 @@ if v then
       if debt > C then debt = C end
     end
   end
+end
+
+if refund then
+  return {1, math.floor((C - debt) / P), 0, math.ceil(debt / R)}
 end
 
 local granted = n

@@ -34,10 +34,10 @@ func (m *Memory) Lease(_ context.Context, req Request, terms algorithm.LeaseTerm
 		return algorithm.Grant{}, cannotLease(req.Strategy)
 	}
 	var g algorithm.Grant
-	err := m.apply(req, false, func(st algorithm.State, now time.Time) (bool, error) {
+	_, err := m.run(req, leaseMode, func(st algorithm.State, now time.Time, n int64) (algorithm.Decision, error) {
 		var err error
-		g, err = l.Lease(st, now, req.N, terms)
-		return g.Units > 0, err
+		g, err = l.Lease(st, now, n, terms)
+		return algorithm.Decision{Allowed: g.Units > 0}, err
 	})
 	return g, err
 }

@@ -17,6 +17,7 @@ var (
 	_ Store    = (*Memory)(nil)
 	_ Resetter = (*Memory)(nil)
 	_ Peeker   = (*Memory)(nil)
+	_ Refunder = (*Memory)(nil)
 )
 
 // memoryShards is the number of independently locked maps; a power of two.
@@ -134,7 +135,7 @@ func monotonicClock() func() time.Time {
 // It never blocks on I/O, so ctx and req.Timeout are not consulted. A time
 // behind the sweep horizon is judged at the horizon (see Sweep).
 func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, error) {
-	return m.decide(req, false)
+	return m.decide(req, decideMode)
 }
 
 // Peek runs req.Strategy's Go rule, under the key's shard lock, on a copy
@@ -143,27 +144,47 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 // with nothing recorded. The sweep's record of decision times is not moved
 // either.
 func (m *Memory) Peek(_ context.Context, req Request) (algorithm.Decision, error) {
-	return m.decide(req, true)
+	return m.decide(req, peekMode)
 }
 
-// decide is Decide, or with peek Peek.
-func (m *Memory) decide(req Request, peek bool) (algorithm.Decision, error) {
-	var d algorithm.Decision
-	err := m.apply(req, peek, func(st algorithm.State, now time.Time) (bool, error) {
-		var err error
-		d, err = req.Strategy.Decide(st, now, req.N)
-		return d.Allowed, err
-	})
-	return d, err
+// Refund runs req.Strategy's refund rule (algorithm.Refunder) on req.Key's
+// state under its shard lock. A key it does not hold is full: the rule runs
+// on a fresh state, which is dropped.
+func (m *Memory) Refund(_ context.Context, req Request) (algorithm.Decision, error) {
+	return m.decide(req, refundMode)
 }
 
-// apply runs rule on req.Key's state (a copy of it with peek) under its
-// shard lock, at req.Now or the store's clock; rule reports whether it
-// recorded anything, which a fresh key then keeps.
-func (m *Memory) apply(req Request, peek bool, rule func(algorithm.State, time.Time) (bool, error)) error {
+// mode is what a script run, or its Go rule, is asked to do: decide, peek
+// at a decision, or refund (see package scripts).
+type mode uint8
+
+const (
+	decideMode mode = iota
+	peekMode
+	refundMode
+	leaseMode
+)
+
+// decide is Decide, Peek or Refund, by mode.
+func (m *Memory) decide(req Request, mode mode) (algorithm.Decision, error) {
 	if m.closed.Load() {
-		return ErrClosed
+		return algorithm.Decision{}, ErrClosed
 	}
+	rule := req.Strategy.Decide
+	if mode == refundMode {
+		r, ok := req.Strategy.(algorithm.Refunder)
+		if !ok {
+			return algorithm.Decision{}, notRefundable(req.Strategy)
+		}
+		rule = r.Refund
+	}
+	return m.run(req, mode, rule)
+}
+
+// run applies rule, for mode, to req.Key's state (a copy of it for a peek)
+// under its shard lock, at req.Now or the store's clock.
+func (m *Memory) run(req Request, mode mode, rule func(algorithm.State, time.Time, int64) (algorithm.Decision, error)) (algorithm.Decision, error) {
+	peek := mode == peekMode
 	now := req.Now
 	if !peek && !now.IsZero() && !m.callerTime.Load() {
 		m.callerTime.Store(true)
@@ -199,18 +220,20 @@ func (m *Memory) apply(req Request, peek bool, rule func(algorithm.State, time.T
 		c, ok := e.state.(algorithm.Cloner)
 		if !ok {
 			sh.mu.Unlock()
-			return fmt.Errorf("store: %s state %T cannot be copied for a peek: %w: %w",
+			return algorithm.Decision{}, fmt.Errorf("store: %s state %T cannot be copied for a peek: %w: %w",
 				req.Strategy.Name(), e.state, ErrRejected, errors.ErrUnsupported)
 		}
 		st = c.Clone()
 	}
-	recorded, err := rule(st, now)
+	d, err := rule(st, now, req.N)
 	if peek {
 		sh.mu.Unlock()
-		return err
+		return d, err
 	}
-	if err == nil && e == nil && recorded {
-		// A denied request on a fresh key records nothing.
+	if err == nil && e == nil && (mode == decideMode || mode == leaseMode) && (d.Allowed || st.FullAt() > now.UnixMicro()) {
+		// A denied request on a fresh key records nothing, unless the
+		// strategy keeps something of it (a penalty box counts denials);
+		// nor does a refund to a fresh key.
 		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}
 		sh.n++
 	}
@@ -218,7 +241,7 @@ func (m *Memory) apply(req Request, peek bool, rule func(algorithm.State, time.T
 		sh.latest = us
 	}
 	sh.mu.Unlock()
-	return err
+	return d, err
 }
 
 // locate returns req's algorithm tag, the shard that holds req.Key, and the
@@ -407,4 +430,9 @@ func (m *Memory) Close() error {
 		sh.mu.Unlock()
 	}
 	return nil
+}
+
+// notRefundable is the error for a strategy that has no refund rule.
+func notRefundable(s algorithm.Strategy) error {
+	return fmt.Errorf("store: strategy %s cannot be refunded: %w: %w", s.Name(), ErrRejected, errors.ErrUnsupported)
 }

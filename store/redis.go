@@ -19,6 +19,7 @@ var (
 	_ Store    = (*Redis)(nil)
 	_ Resetter = (*Redis)(nil)
 	_ Peeker   = (*Redis)(nil)
+	_ Refunder = (*Redis)(nil)
 )
 
 // Redis is a store shared by every process that points at the same Redis:
@@ -144,7 +145,7 @@ func honoursDeadlines(client redis.UniversalClient) (bool, error) {
 // Decide runs the strategy's script on its key with one EVALSHA (EVAL when the
 // script is not cached), bounded by req.Timeout and ctx.
 func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, error) {
-	return r.decide(ctx, req, false)
+	return r.decide(ctx, req, decideMode)
 }
 
 // Peek runs the strategy's script as Decide does, with the calling
@@ -152,11 +153,19 @@ func (r *Redis) Decide(ctx context.Context, req Request) (algorithm.Decision, er
 // key's value and TTL are unchanged, and it runs on a read-only replica
 // too. It refuses a script that does not set algorithm.Script.Peeks.
 func (r *Redis) Peek(ctx context.Context, req Request) (algorithm.Decision, error) {
-	return r.decide(ctx, req, true)
+	return r.decide(ctx, req, peekMode)
 }
 
-// decide is Decide, or with peek Peek.
-func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.Decision, error) {
+// Refund runs the strategy's script as Decide does, in the calling
+// convention's refund mode: one EVALSHA gives req.N units back. It refuses
+// a strategy that is not an algorithm.Refunder or whose script does not set
+// algorithm.Script.Refunds.
+func (r *Redis) Refund(ctx context.Context, req Request) (algorithm.Decision, error) {
+	return r.decide(ctx, req, refundMode)
+}
+
+// decide is Decide, Peek or Refund, by mode.
+func (r *Redis) decide(ctx context.Context, req Request, mode mode) (algorithm.Decision, error) {
 	if r.closed.Load() {
 		return algorithm.Decision{}, ErrClosed
 	}
@@ -164,19 +173,29 @@ func (r *Redis) decide(ctx context.Context, req Request, peek bool) (algorithm.D
 	if script == nil {
 		return algorithm.Decision{}, fmt.Errorf("store: strategy %s has no Lua script: %w", req.Strategy.Name(), algorithm.ErrInvalidStrategy)
 	}
-	if peek && !script.Peeks {
-		return algorithm.Decision{}, fmt.Errorf("store: the script of strategy %s does not honour the peek flag: %w: %w", req.Strategy.Name(), ErrRejected, errors.ErrUnsupported)
+	switch mode {
+	case peekMode:
+		if !script.Peeks {
+			return algorithm.Decision{}, fmt.Errorf("store: the script of strategy %s does not honour the peek flag: %w: %w", req.Strategy.Name(), ErrRejected, errors.ErrUnsupported)
+		}
+	case refundMode:
+		if _, ok := req.Strategy.(algorithm.Refunder); !ok || !script.Refunds {
+			return algorithm.Decision{}, notRefundable(req.Strategy)
+		}
 	}
-	var mode []any
-	if peek {
-		mode = []any{"peek"}
+	var tail []any
+	switch mode {
+	case peekMode:
+		tail = []any{"peek"}
+	case refundMode:
+		tail = []any{"refund"}
 	}
-	reply, err := r.eval(ctx, req, script, mode)
+	reply, err := r.eval(ctx, req, script, tail)
 	if err != nil {
 		return algorithm.Decision{}, err
 	}
-	if c, ok := req.Strategy.(algorithm.Composite); ok {
-		return parseComposite(reply, c, req.N)
+	if rp, ok := req.Strategy.(algorithm.Replier); ok {
+		return parseLongReply(reply, rp, req.N)
 	}
 	return parseReply(reply, req.Strategy.Limit())
 }
@@ -388,23 +407,24 @@ func parseReply(reply any, limit int64) (algorithm.Decision, error) {
 	}, nil
 }
 
-// parseComposite reads a composite's reply, the calling convention's four
-// integers for each member in turn, and combines them.
-func parseComposite(reply any, c algorithm.Composite, n int64) (algorithm.Decision, error) {
-	members := c.Members()
+// parseLongReply reads the reply of a strategy whose script returns more
+// than the calling convention's four integers (algorithm.Replier).
+func parseLongReply(reply any, rp algorithm.Replier, n int64) (algorithm.Decision, error) {
 	vals, ok := reply.([]any)
-	if !ok || len(vals) != 4*len(members) {
+	if !ok {
 		return algorithm.Decision{}, fmt.Errorf("%w: %v", ErrBadReply, reply)
 	}
-	ds := make([]algorithm.Decision, len(members))
-	for i, m := range members {
-		d, err := parseReply(vals[4*i:4*i+4], m.Limit())
-		if err != nil {
-			return algorithm.Decision{}, err
+	ints := make([]int64, len(vals))
+	for i, v := range vals {
+		if ints[i], ok = v.(int64); !ok {
+			return algorithm.Decision{}, fmt.Errorf("%w: element %d is %T", ErrBadReply, i, v)
 		}
-		ds[i] = d
 	}
-	return c.Combine(ds, n), nil
+	d, err := rp.Reply(ints, n)
+	if err != nil {
+		return algorithm.Decision{}, fmt.Errorf("%w: %w", ErrBadReply, err)
+	}
+	return d, nil
 }
 
 func durationMicros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -48,6 +48,20 @@ type Peeker interface {
 	Peek(ctx context.Context, req Request) (algorithm.Decision, error)
 }
 
+// Refunder is implemented by stores that can give units back to a key:
+// Memory and Redis. fleetlimit.Limiter.Refund needs it.
+type Refunder interface {
+	// Refund gives req.N units back to req.Key's state at req.Now (the
+	// store's clock when zero) by req.Strategy's refund rule
+	// (algorithm.Refunder), atomically as Decide is, and returns the key's
+	// standing after it. A key the store does not hold is at full capacity
+	// and stays absent. A strategy that cannot be refunded (it is not an
+	// algorithm.Refunder, or its Script does not set Refunds) gets an error
+	// wrapping ErrRejected and errors.ErrUnsupported. Errors are otherwise
+	// classed as Decide's are.
+	Refund(ctx context.Context, req Request) (algorithm.Decision, error)
+}
+
 // Request is one decision to make. Callers (fleetlimit.Limiter) validate it:
 // a non-empty Key of at most MaxKeyLen bytes, 1 <= N <= algorithm.MaxInt, a
 // valid Strategy, and a Prefix without braces.

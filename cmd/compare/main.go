@@ -5,10 +5,16 @@
 //
 // Usage:
 //
-//	go run ./cmd/compare                          embedded miniredis, no Redis needed
-//	go run ./cmd/compare -redis 127.0.0.1:6379    adds memory, commands and latency
+//	go run ./cmd/compare                          a throwaway redis-server, or miniredis
+//	go run ./cmd/compare -redis 127.0.0.1:6379    a redis-server of yours
 //	go run ./cmd/compare -cluster host1:7000,host2:7001
 //	go run ./cmd/compare -format markdown -svg docs/compare.svg
+//
+// With no -redis or -cluster, compare starts a throwaway redis-server (the
+// binary on the PATH) on a free loopback port and stops it at the end, so
+// that memory, Redis commands and latency are measured; with no redis-server
+// installed (or -embedded) it runs on an embedded miniredis and estimates
+// bytes per key with a model of Redis's encodings, labelled as estimated.
 //
 // Scenarios: boundary (limit requests just before a window edge and limit
 // just after), overload (users at 1.5x and 3x their limit), fleet (1, 4 and 16
@@ -36,6 +42,7 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/internal/compare"
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -53,6 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 	var (
 		redisAddr = fs.String("redis", "", "address (host:port) of a real redis-server to measure, instead of the embedded miniredis")
 		clusterTo = fs.String("cluster", "", "comma-separated seed addresses of a Redis Cluster to measure")
+		embedded  = fs.Bool("embedded", false, "run on an embedded miniredis even when redis-server is installed (memory estimated, no commands or latency)")
 		format    = fs.String("format", "text", "output format: "+strings.Join(compare.Formats, ", "))
 		svgFile   = fs.String("svg", "", "also write a chart of admissions over time (boundary burst and fleet) to this SVG file")
 		users     = fs.Int("users", 10_000, fmt.Sprintf("users at the limit in the many-users scenario (1 to %d)", compare.MaxUsers))
@@ -82,8 +90,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 	if !slices.Contains(compare.Formats, *format) {
 		return usage("-format %q, want one of %s", *format, strings.Join(compare.Formats, ", "))
 	}
-	if *redisAddr != "" && *clusterTo != "" {
-		return usage("-redis and -cluster are exclusive")
+	if n := countTrue(*redisAddr != "", *clusterTo != "", *embedded); n > 1 {
+		return usage("-redis, -cluster and -embedded are exclusive")
 	}
 	// Config takes zero for "the default"; on the command line a zero was
 	// typed, so it is refused here.
@@ -115,14 +123,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 		return usage("-progress %q, want auto, on or off", *progress)
 	}
 
+	// go-redis logs its pool's dial failures on its own; the errors below
+	// say what happened, once.
+	redis.SetLogger(silent{})
 	var srv *compare.Server
 	switch {
 	case *redisAddr != "":
 		srv, err = compare.Standalone(ctx, *redisAddr)
 	case *clusterTo != "":
 		srv, err = compare.Cluster(ctx, strings.Split(*clusterTo, ","))
-	default:
+	case *embedded:
 		srv, err = compare.Embedded()
+	default:
+		srv, err = compare.Local(ctx)
+		if errors.Is(err, compare.ErrNoRedisServer) {
+			srv, err = compare.Embedded()
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -166,6 +182,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 		fmt.Fprintf(stderr, "compare: %d rows in %.1fs\n", len(rep.Rows), rep.Elapsed.Seconds())
 	}
 	return 0
+}
+
+// silent is a go-redis logger that drops everything.
+type silent struct{}
+
+func (silent) Printf(context.Context, string, ...any) {}
+
+// countTrue counts the true values.
+func countTrue(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // progressLine rewrites one line on a terminal, at most ten times a second.

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,6 +38,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-limit", "0"}, "-limit 0"},
 		{[]string{"-limit", "1", "-users", "1", "-scenarios", "fleet", "-instances", "65"}, "fleet of 65"},
 		{[]string{"-redis", "a:1", "-cluster", "b:2"}, "exclusive"},
+		{[]string{"-redis", "a:1", "-embedded"}, "exclusive"},
 		{[]string{"-progress", "sometimes"}, `-progress "sometimes"`},
 		{[]string{"-scenarios", " , "}, "-scenarios is empty"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
@@ -48,10 +51,26 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestUnreachableRedis runs the command in a process of its own (this test
+// binary, re-executed into main) and reads all it writes to stderr: one line
+// says what happened, and go-redis's own pool log lines, which go to the
+// process's stderr, are silenced.
 func TestUnreachableRedis(t *testing.T) {
-	code, _, stderr := runCmd(t, false, "-redis", "127.0.0.1:1")
-	if code != 1 || !strings.Contains(stderr, "does not answer") {
-		t.Errorf("exit %d, stderr %q", code, stderr)
+	if os.Getenv("COMPARE_RUN_MAIN") == "1" {
+		os.Args = append([]string{"compare"}, strings.Fields(os.Getenv("COMPARE_ARGS"))...)
+		main()
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUnreachableRedis$")
+	cmd.Env = append(os.Environ(), "COMPARE_RUN_MAIN=1", "COMPARE_ARGS=-redis 127.0.0.1:1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit: %v; stderr %q", err, stderr.String())
+	}
+	if got := stderr.String(); !strings.Contains(got, "does not answer") || strings.Count(got, "\n") != 1 || stdout.Len() > 0 {
+		t.Errorf("stderr %q, stdout %q; want one line saying the server does not answer", got, stdout.String())
 	}
 }
 

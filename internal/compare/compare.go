@@ -89,6 +89,14 @@ type Config struct {
 	FleetUsers int
 	// FleetWindows is how many windows the fleet scenario lasts. Default 3.
 	FleetWindows int
+	// Algorithms, if set, restricts the run to these registered
+	// algorithms (algorithm.Entry.Name). Default every one.
+	Algorithms []string
+	// KeyPrefix, if set, replaces every job's key prefix (default
+	// "fleetlimit-compare:<run id>:<job>:", unique on a shared server), so
+	// that the measured keys are as long as production's. Each job removes
+	// its keys before the next starts; use it on a server of your own.
+	KeyPrefix string
 	// Workers is the number of concurrent clients in the many-users
 	// scenario. Default 8.
 	Workers int
@@ -116,6 +124,8 @@ type Report struct {
 	// burst and fleet), for Chart.
 	Series  []Series      `json:"-"`
 	Elapsed time.Duration `json:"-"`
+	// Projection is Projections(), for JSON.
+	Projection []Projection `json:"projection,omitempty"`
 }
 
 // Row is one (scenario, algorithm, store, instances). Counts are in units
@@ -144,14 +154,24 @@ type Row struct {
 	// window's length, divided by Limit.
 	WorstWindow float64 `json:"worst_window_ratio"`
 
-	// The rest is measured on a real Redis only, for "redis" rows: nil
-	// elsewhere (NotMeasured says why).
+	// The rest is measured on a real Redis only (MemoryUsage: or
+	// estimated), for "redis" rows: nil elsewhere (NotMeasured says why).
 
 	// MemoryUsage is MEMORY USAGE (SAMPLES 0) averaged over sampled keys,
-	// in bytes per key: many-users scenario only.
+	// in bytes per key: many-users scenario only. On the embedded miniredis
+	// it is estimated (MemoryEstimated) from the keys' contents by a model
+	// of Redis 7's encodings.
 	MemoryUsage *float64 `json:"memory_usage_bytes_per_key"`
-	// UsedMemory is the growth of INFO used_memory divided by the growth of
-	// the key count, in bytes per key: many-users scenario only.
+	// MemoryEstimated reports that MemoryUsage is the model's estimate, not
+	// a measurement.
+	MemoryEstimated bool `json:"memory_estimated,omitempty"`
+	// KeyBytes is the length of the measured keys' names, with MemoryUsage:
+	// a key's name is part of its memory.
+	KeyBytes int `json:"key_bytes,omitempty"`
+	// UsedMemory is the growth of INFO used_memory, less what MEMORY STATS
+	// counts outside the keys (clients' buffers, scripts, replication),
+	// divided by the growth of the key count, in bytes per key: many-users
+	// scenario only.
 	UsedMemory *float64 `json:"used_memory_bytes_per_key"`
 	// Commands is the number of Redis commands run per decision (INFO
 	// commandstats: the EVALSHA and every command inside the script).
@@ -233,6 +253,11 @@ func (c *Config) validate() error {
 			bad("unknown scenario %q, want one of %s", s, strings.Join(Scenarios, ", "))
 		}
 	}
+	for _, a := range c.Algorithms {
+		if !slices.ContainsFunc(algorithm.Registry(), func(e algorithm.Entry) bool { return e.Name == a }) {
+			bad("unknown algorithm %q", a)
+		}
+	}
 	if c.Users < 1 || c.Users > MaxUsers {
 		bad("users %d, want 1 to %d", c.Users, MaxUsers)
 	}
@@ -287,6 +312,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	entries := algorithm.Registry()
+	if len(cfg.Algorithms) > 0 {
+		entries = slices.DeleteFunc(entries, func(e algorithm.Entry) bool { return !slices.Contains(cfg.Algorithms, e.Name) })
+	}
 	var jobs []job
 	for _, p := range plans {
 		for _, e := range entries {
@@ -313,6 +341,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Series = append(rep.Series, *series)
 		}
 	}
+	rep.Projection = rep.Projections()
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }

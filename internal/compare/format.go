@@ -17,6 +17,7 @@ var Formats = []string{"text", "markdown", "json", "csv"}
 // column is one column of the table.
 type column struct {
 	head  string
+	csv   string                   // CSV header, with its unit; default head with "/" as "_per_"
 	right bool                     // right-aligned (numbers)
 	text  func(Report, Row) string // as shown in text and markdown
 	raw   func(Row) string         // as written in CSV
@@ -53,27 +54,30 @@ var columns = []column{
 	{head: "scenario", text: func(_ Report, r Row) string { return r.Scenario }, raw: func(r Row) string { return r.Scenario }},
 	{head: "algorithm", text: func(_ Report, r Row) string { return r.Algorithm }, raw: func(r Row) string { return r.Algorithm }},
 	{head: "store", text: func(_ Report, r Row) string { return r.Store }, raw: func(r Row) string { return r.Store }},
-	{head: "inst", right: true, text: func(_ Report, r Row) string { return strconv.Itoa(r.Instances) }, raw: func(r Row) string { return strconv.Itoa(r.Instances) }},
+	{head: "inst", csv: "instances", right: true, text: func(_ Report, r Row) string { return strconv.Itoa(r.Instances) }, raw: func(r Row) string { return strconv.Itoa(r.Instances) }},
 	{head: "users", right: true, text: func(_ Report, r Row) string { return thousands(int64(r.Users)) }, raw: func(r Row) string { return strconv.Itoa(r.Users) }},
-	{head: "limit", right: true, text: func(_ Report, r Row) string { return thousands(r.Limit) }, raw: func(r Row) string { return strconv.FormatInt(r.Limit, 10) }},
-	{head: "sent", right: true, text: func(_ Report, r Row) string { return thousands(r.Sent) }, raw: func(r Row) string { return strconv.FormatInt(r.Sent, 10) }},
-	{head: "admitted", right: true, text: func(_ Report, r Row) string { return thousands(r.Admitted) }, raw: func(r Row) string { return strconv.FormatInt(r.Admitted, 10) }},
-	{head: "ideal", right: true, text: func(_ Report, r Row) string { return thousands(r.Ideal) }, raw: func(r Row) string { return strconv.FormatInt(r.Ideal, 10) }},
-	{head: "over", right: true, text: func(_ Report, r Row) string { return fmt.Sprintf("%+.1f%%", r.OverAdmission) }, raw: func(r Row) string { return strconv.FormatFloat(r.OverAdmission, 'f', 2, 64) }},
-	{head: "worst/limit", right: true, text: func(_ Report, r Row) string { return fmt.Sprintf("%.2f×", r.WorstWindow) }, raw: func(r Row) string { return strconv.FormatFloat(r.WorstWindow, 'f', 4, 64) }},
-	{head: "bytes/key", right: true, text: func(rep Report, r Row) string {
+	{head: "limit", csv: "limit_units", right: true, text: func(_ Report, r Row) string { return thousands(r.Limit) }, raw: func(r Row) string { return strconv.FormatInt(r.Limit, 10) }},
+	{head: "sent", csv: "sent_units", right: true, text: func(_ Report, r Row) string { return thousands(r.Sent) }, raw: func(r Row) string { return strconv.FormatInt(r.Sent, 10) }},
+	{head: "admitted", csv: "admitted_units", right: true, text: func(_ Report, r Row) string { return thousands(r.Admitted) }, raw: func(r Row) string { return strconv.FormatInt(r.Admitted, 10) }},
+	{head: "ideal", csv: "ideal_units", right: true, text: func(_ Report, r Row) string { return thousands(r.Ideal) }, raw: func(r Row) string { return strconv.FormatInt(r.Ideal, 10) }},
+	{head: "over", csv: "over_admission_pct", right: true, text: func(_ Report, r Row) string { return fmt.Sprintf("%+.1f%%", r.OverAdmission) }, raw: func(r Row) string { return strconv.FormatFloat(r.OverAdmission, 'f', 2, 64) }},
+	{head: "worst/limit", csv: "worst_window_ratio", right: true, text: func(_ Report, r Row) string { return fmt.Sprintf("%.2f×", r.WorstWindow) }, raw: func(r Row) string { return strconv.FormatFloat(r.WorstWindow, 'f', 4, 64) }},
+	{head: "bytes/key", csv: "memory_usage_bytes_per_key", right: true, text: func(rep Report, r Row) string {
+		if r.MemoryEstimated && r.MemoryUsage != nil {
+			return formatBytes(*r.MemoryUsage) + " est."
+		}
 		return optional(r.MemoryUsage, formatBytes, memoryMeasurable(rep, r))
 	}, raw: func(r Row) string { return rawOptional(r.MemoryUsage) }},
-	{head: "used_memory/key", right: true, real: true, text: func(rep Report, r Row) string {
+	{head: "used_memory/key", csv: "used_memory_bytes_per_key", right: true, real: true, text: func(rep Report, r Row) string {
 		return optional(r.UsedMemory, formatBytes, memoryMeasurable(rep, r))
 	}, raw: func(r Row) string { return rawOptional(r.UsedMemory) }},
-	{head: "cmds/decision", right: true, real: true, text: func(_ Report, r Row) string {
+	{head: "cmds/decision", csv: "commands_per_decision", right: true, real: true, text: func(_ Report, r Row) string {
 		return optional(r.Commands, func(v float64) string { return fmt.Sprintf("%.2f", v) }, false)
 	}, raw: func(r Row) string { return rawOptional(r.Commands) }},
-	{head: "p50", right: true, real: true, text: func(_ Report, r Row) string {
+	{head: "p50", csv: "latency_p50_us", right: true, real: true, text: func(_ Report, r Row) string {
 		return optional(r.LatencyP50, micros, false)
 	}, raw: func(r Row) string { return rawOptional(r.LatencyP50) }},
-	{head: "p99", right: true, real: true, text: func(_ Report, r Row) string {
+	{head: "p99", csv: "latency_p99_us", right: true, real: true, text: func(_ Report, r Row) string {
 		return optional(r.LatencyP99, micros, false)
 	}, raw: func(r Row) string { return rawOptional(r.LatencyP99) }},
 }
@@ -148,10 +152,12 @@ func (rep *Report) Legend() []string {
 		"bytes/key: Redis MEMORY USAGE of about 100 sampled full keys (\"many users\" only).",
 	}
 	if rep.Embedded {
-		lines = append(lines, "n/a (embedded): miniredis does not model Redis memory; memory, Redis commands per decision and latency are measured with -redis ADDR (or -cluster ADDR,...) against a real server.")
+		lines = append(lines,
+			"est.: miniredis does not model Redis memory, so bytes/key is estimated from each sampled key's contents by a model of Redis 7's encodings (held within 10% of MEMORY USAGE by a test); install redis-server, or pass -redis ADDR, to measure it.",
+			"Redis commands per decision and latency are measured on a real server only: with redis-server installed, or -redis ADDR (or -cluster ADDR,...).")
 	} else {
 		lines = append(lines,
-			"used_memory/key: growth of INFO used_memory divided by the growth of the key count (noisy with few keys or a busy server; MEMORY USAGE is exact).",
+			"used_memory/key: growth of INFO used_memory, less what MEMORY STATS counts outside the keys (clients, scripts, replication), divided by the growth of the key count: the keys with their expiry entries and hash-table buckets (noisy with few keys or a busy server; MEMORY USAGE is exact).",
 			"cmds/decision: INFO commandstats growth per decision: the EVALSHA and every command inside the script.",
 			"p50, p99: the AllowN round trip as the caller sees it (\"many users\": under concurrent clients).",
 		)
@@ -228,8 +234,41 @@ func (rep *Report) writeText(w io.Writer) error {
 	for _, l := range rep.Legend() {
 		b.WriteString(l + "\n")
 	}
+	if head, rows, notes := rep.projectionCells(); head != nil {
+		b.WriteString("\nMemory projection\n\n")
+		writeAligned(&b, append([][]string{head}, rows...), 1)
+		b.WriteByte('\n')
+		for _, l := range notes {
+			b.WriteString(l + "\n")
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeAligned writes cells as a text table: the first skip columns
+// left-aligned, the rest right-aligned, two spaces apart.
+func writeAligned(b *strings.Builder, cells [][]string, skip int) {
+	widths := make([]int, len(cells[0]))
+	for _, line := range cells {
+		for i, s := range line {
+			widths[i] = max(widths[i], utf8.RuneCountInString(s))
+		}
+	}
+	for _, line := range cells {
+		for i, s := range line {
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(s))
+			switch {
+			case i >= skip:
+				b.WriteString("  " + pad + s)
+			case i == 0:
+				b.WriteString(s + pad)
+			default:
+				b.WriteString("  " + s + pad)
+			}
+		}
+		b.WriteByte('\n')
+	}
 }
 
 // group identifies the rows of one scenario run.
@@ -256,6 +295,17 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 	for _, l := range rep.Legend() {
 		b.WriteString("- " + l + "\n")
 	}
+	if head, rows, notes := rep.projectionCells(); head != nil {
+		b.WriteString("\n**Memory projection**\n\n")
+		b.WriteString("| " + strings.Join(head, " | ") + " |\n|:---|---:" + strings.Repeat("|---:", len(head)-2) + "|\n")
+		for _, r := range rows {
+			b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+		}
+		b.WriteByte('\n')
+		for _, l := range notes {
+			b.WriteString("- " + l + "\n")
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -264,9 +314,13 @@ func (rep *Report) writeCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	head := []string{"server", "window_ms"}
 	for _, c := range columns {
-		head = append(head, strings.ReplaceAll(strings.ReplaceAll(c.head, "/", "_per_"), "-", "_"))
+		h := c.csv
+		if h == "" {
+			h = c.head
+		}
+		head = append(head, h)
 	}
-	head = append(head, "decisions", "one_instance", "not_measured")
+	head = append(head, "memory_estimated", "decisions", "one_instance_units", "not_measured")
 	if err := cw.Write(head); err != nil {
 		return err
 	}
@@ -275,7 +329,7 @@ func (rep *Report) writeCSV(w io.Writer) error {
 		for _, c := range columns {
 			line = append(line, c.raw(r))
 		}
-		line = append(line, strconv.FormatInt(r.Decisions, 10), strconv.FormatInt(r.OneInstance, 10), r.NotMeasured)
+		line = append(line, strconv.FormatBool(r.MemoryEstimated), strconv.FormatInt(r.Decisions, 10), strconv.FormatInt(r.OneInstance, 10), r.NotMeasured)
 		if err := cw.Write(line); err != nil {
 			return err
 		}

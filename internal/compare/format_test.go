@@ -103,10 +103,13 @@ func TestTextReal(t *testing.T) {
 
 func TestMarkdown(t *testing.T) {
 	out := write(t, sample(false), "markdown")
+	// The first table; the memory projection follows the legend.
 	var table []string
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "|") {
 			table = append(table, l)
+		} else if len(table) > 0 {
+			break
 		}
 	}
 	if len(table) != 5 || !strings.HasPrefix(table[1], "|:---|:---|:---|---:") {
@@ -132,7 +135,13 @@ func TestCSVAndJSON(t *testing.T) {
 	for i, h := range records[0] {
 		col[h] = i
 	}
-	if r := records[3]; r[col["admitted"]] != "1000000" || r[col["bytes_per_key"]] != "" || r[col["not_measured"]] != "embedded" {
+	// Every measured column names its unit.
+	for _, h := range []string{"over_admission_pct", "worst_window_ratio", "memory_usage_bytes_per_key", "used_memory_bytes_per_key", "latency_p50_us", "latency_p99_us", "memory_estimated"} {
+		if _, ok := col[h]; !ok {
+			t.Errorf("no CSV column %s in %v", h, records[0])
+		}
+	}
+	if r := records[3]; r[col["admitted_units"]] != "1000000" || r[col["memory_usage_bytes_per_key"]] != "" || r[col["not_measured"]] != "embedded" {
 		t.Errorf("CSV row %v (header %v)", r, records[0])
 	}
 
@@ -155,7 +164,46 @@ func TestCSVAndJSON(t *testing.T) {
 	}
 }
 
+// TestEstimatedMemory: an estimate says so in every format, and the
+// projection multiplies it out.
+func TestEstimatedMemory(t *testing.T) {
+	rep := sample(true)
+	rep.Rows[2].MemoryUsage, rep.Rows[2].MemoryEstimated, rep.Rows[2].KeyBytes = f(2664), true, 50
+	rep.Projection = rep.Projections()
+	text := write(t, rep, "text")
+	lines := tableLines(text)
+	if !strings.HasSuffix(lines[3], "2,664 est.") || strings.Contains(text, "n/a (embedded)") {
+		t.Errorf("estimate not labelled:\n%s", text)
+	}
+	// 10,000 keys of 2,664 bytes plus the keyspace's 8 + 32 + 2*8*16384/10000.
+	for _, want := range []string{"Memory projection", "27.3 MB", "2.72 GB", "27.3 GB", "estimate of MEMORY USAGE", "50 B"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, text)
+		}
+	}
+	if md := write(t, rep, "markdown"); !strings.Contains(md, "| sliding_window_log | 100 | 50 B | 2,664 est. | 27.3 MB | 2.72 GB | 27.3 GB |") {
+		t.Errorf("markdown projection:\n%s", md)
+	}
+	records, err := csv.NewReader(strings.NewReader(write(t, rep, "csv"))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := records[3]; r[len(r)-4] != "true" {
+		t.Errorf("CSV row %v does not say estimated", r)
+	}
+	var decoded struct{ Projection []Projection }
+	if err := json.Unmarshal([]byte(write(t, rep, "json")), &decoded); err != nil || len(decoded.Projection) != 1 ||
+		!decoded.Projection[0].Estimated || len(decoded.Projection[0].Bytes) != len(ProjectedKeys) {
+		t.Errorf("JSON projection %+v, %v", decoded.Projection, err)
+	}
+}
+
 func TestNumberFormats(t *testing.T) {
+	for in, want := range map[float64]string{0: "0 B", 999: "999 B", 1000: "1.00 KB", 27_050_000: "27.1 MB", 2.7e9: "2.70 GB", 1.02e12: "1.02 TB", 155e6: "155 MB"} {
+		if got := formatSize(in); got != want {
+			t.Errorf("formatSize(%v) = %q, want %q", in, got, want)
+		}
+	}
 	for in, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", -1234567: "-1,234,567"} {
 		if got := thousands(in); got != want {
 			t.Errorf("thousands(%d) = %q", in, got)

@@ -37,6 +37,10 @@ type vclock struct{ us atomic.Int64 }
 
 func (c *vclock) now() time.Time { return time.UnixMicro(c.us.Load()) }
 
+// settleTime is how long a memory measurement waits for Redis to finish
+// rehashing its keyspace (activerehashing, at the default hz 10).
+const settleTime = 300 * time.Millisecond
+
 // decisionTimeout bounds one decision: far above any healthy round trip,
 // even under the race detector, so that a timeout is a real failure.
 const decisionTimeout = 10 * time.Second
@@ -49,7 +53,7 @@ func userKey(u int) string { return fmt.Sprintf("user-%07d", u) }
 type outcome struct {
 	admitted  []Event // sorted by time, At on the relative axis
 	latencies []time.Duration
-	memory    []int64 // MEMORY USAGE of sampled keys
+	memory    []float64 // MEMORY USAGE (or its estimate) of sampled keys
 }
 
 // run runs one job and measures it.
@@ -63,10 +67,23 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 	// time: virtual time never lags real time, and keys on a real Redis
 	// outlive their use (see the package doc).
 	w := r.cfg.Window.Microseconds()
+	//
+	// An odd multiple of the window, so that the sliding log's member names
+	// (which begin with the time modulo two windows) have the same length in
+	// every run: memory per key does not vary from run to run.
 	origin := (time.Now().UnixMicro()/w + 2) * w
+	if origin/w%2 == 0 {
+		origin += w
+	}
 	// A fixed-width job number keeps key names, and so MEMORY USAGE, alike.
 	prefix := fmt.Sprintf("fleetlimit-compare:%s:%04d:", r.runID, j.index)
+	if r.cfg.KeyPrefix != "" {
+		prefix = r.cfg.KeyPrefix
+	}
 	measure := j.store == StoreRedis && !r.srv.Embedded()
+	// Memory per key is measured on a real Redis and estimated on the
+	// embedded one (memoryUsage).
+	sampleMemory := j.store == StoreRedis
 
 	stores, closeStores := r.stores(j)
 	defer closeStores()
@@ -85,7 +102,7 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 	}
 	var out outcome
 	if p.parallel {
-		out, err = r.runParallel(ctx, j, stores[0], newLimiter, origin, measure, prefix, strat.Script().Tag)
+		out, err = r.runParallel(ctx, j, stores[0], newLimiter, origin, measure, sampleMemory, prefix, strat.Script().Tag)
 	} else {
 		out, err = r.runInOrder(ctx, j, stores, newLimiter, origin, measure)
 	}
@@ -93,6 +110,16 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 		return Row{}, nil, err
 	}
 	if measure {
+		if p.parallel {
+			// A keyspace that has just grown is still rehashing into its
+			// larger table, both tables allocated; Redis's cron finishes the
+			// move within a few of its 100 ms ticks. Read memory after it.
+			select {
+			case <-time.After(settleTime):
+			case <-ctx.Done():
+				return Row{}, nil, ctx.Err()
+			}
+		}
 		if after, err = r.srv.snapshot(ctx); err != nil {
 			return Row{}, nil, err
 		}
@@ -116,8 +143,13 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 		r.addMeasurements(&row, before, after, out)
 	case j.store == StoreRedis:
 		row.NotMeasured = "embedded"
+		addMemory(&row, snapshot{}, snapshot{}, out)
+		row.MemoryEstimated = row.MemoryUsage != nil
 	default:
 		row.NotMeasured = "memory store"
+	}
+	if row.MemoryUsage != nil {
+		row.KeyBytes = len(store.RedisKey(prefix, userKey(0), strat.Script().Tag))
 	}
 	var series *Series
 	if p.chart {
@@ -199,12 +231,13 @@ func (r *runner) runInOrder(ctx context.Context, j job, stores []store.Store,
 }
 
 // runParallel sends each user's requests in order on one of Config.Workers
-// clients, each with a clock of its own. On a real Redis it reads MEMORY
-// USAGE of about a hundred sampled keys right after they are written, so
-// that no key can expire before it is measured.
+// clients, each with a clock of its own. With sampleMemory it reads the
+// memory of about a hundred sampled keys right after they are written (on a
+// real Redis MEMORY USAGE, on the embedded one the model's estimate), so that
+// no key can expire before it is measured.
 func (r *runner) runParallel(ctx context.Context, j job, st store.Store,
 	newLimiter func(store.Store, *vclock) (*fleetlimit.Limiter, error), origin int64,
-	measure bool, prefix, tag string) (outcome, error) {
+	measure, sampleMemory bool, prefix, tag string) (outcome, error) {
 	traffic := j.plan.traffic
 	workers := min(r.cfg.Workers, j.plan.users)
 	sampleEvery := max(1, j.plan.users/100)
@@ -245,7 +278,7 @@ func (r *runner) runParallel(ctx context.Context, j job, st store.Store,
 					if res.Allowed {
 						mine.admitted = append(mine.admitted, ev)
 					}
-					if measure && ev.User%sampleEvery == 0 {
+					if sampleMemory && ev.User%sampleEvery == 0 {
 						n, err := r.srv.memoryUsage(ctx, store.RedisKey(prefix, userKey(ev.User), tag))
 						if err != nil {
 							return err
@@ -349,14 +382,24 @@ func (r *runner) addMeasurements(row *Row, before, after snapshot, out outcome) 
 		row.LatencyP50 = f(us(percentile(out.latencies, 0.50)))
 		row.LatencyP99 = f(us(percentile(out.latencies, 0.99)))
 	}
-	if len(out.memory) > 0 {
-		var sum int64
-		for _, m := range out.memory {
-			sum += m
-		}
-		row.MemoryUsage = f(float64(sum) / float64(len(out.memory)))
-		if keys := after.keys - before.keys; keys > 0 {
-			row.UsedMemory = f(float64(after.usedMemory-before.usedMemory) / float64(keys))
-		}
+	addMemory(row, before, after, out)
+}
+
+// addMemory fills the memory columns of row: the mean of the sampled keys'
+// memory, and used_memory's growth per key when before and after measured
+// it.
+func addMemory(row *Row, before, after snapshot, out outcome) {
+	if len(out.memory) == 0 {
+		return
+	}
+	var sum float64
+	for _, m := range out.memory {
+		sum += m
+	}
+	mean := sum / float64(len(out.memory))
+	row.MemoryUsage = &mean
+	if keys := after.keys - before.keys; keys > 0 {
+		perKey := float64(after.usedMemory-before.usedMemory) / float64(keys)
+		row.UsedMemory = &perKey
 	}
 }

@@ -62,10 +62,14 @@ func TestRunEmbedded(t *testing.T) {
 		}
 	})
 
-	t.Run("memory is not guessed on the embedded server", func(t *testing.T) {
+	t.Run("on the embedded server memory is estimated, nothing else", func(t *testing.T) {
 		for _, r := range rep.Rows {
-			if r.MemoryUsage != nil || r.UsedMemory != nil || r.Commands != nil || r.LatencyP50 != nil || r.LatencyP99 != nil {
+			if r.UsedMemory != nil || r.Commands != nil || r.LatencyP50 != nil || r.LatencyP99 != nil {
 				t.Errorf("%s %s %s: measured %+v on miniredis", r.Scenario, r.Algorithm, r.Store, r)
+			}
+			estimated := r.Scenario == manyUsersName && r.Store == StoreRedis
+			if estimated != (r.MemoryUsage != nil && *r.MemoryUsage > 0 && r.MemoryEstimated && r.KeyBytes > 0) {
+				t.Errorf("%s %s %s: memory %v, estimated %v", r.Scenario, r.Algorithm, r.Store, r.MemoryUsage, r.MemoryEstimated)
 			}
 			if r.Store == StoreRedis && r.NotMeasured != "embedded" {
 				t.Errorf("%s %s: not_measured %q, want embedded", r.Scenario, r.Algorithm, r.NotMeasured)

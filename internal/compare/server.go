@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +21,10 @@ import (
 // accounting (INFO, MEMORY USAGE) on the embedded miniredis, which does not
 // model Redis memory or command statistics.
 var ErrNotMeasured = errors.New("compare: not measured on the embedded miniredis")
+
+// ErrNoRedisServer is returned by Local when no redis-server binary is on
+// the PATH.
+var ErrNoRedisServer = errors.New("compare: no redis-server on the PATH")
 
 type serverKind int
 
@@ -41,6 +48,10 @@ type Server struct {
 	addrs   []string
 	admin   redis.UniversalClient
 	version string // redis_version from INFO server, when known
+
+	proc       *exec.Cmd     // the throwaway redis-server Local started, or nil
+	procExited chan struct{} // closed when proc has exited
+	dir        string        // proc's working directory
 
 	closeOnce sync.Once
 }
@@ -84,6 +95,85 @@ func Cluster(ctx context.Context, addrs []string) (*Server, error) {
 	return s.connect(ctx)
 }
 
+// Local starts a throwaway redis-server, the binary on the PATH, on a free
+// loopback port with no persistence, and connects to it, so that a run with
+// no flags measures real memory, commands and latency. Close stops the
+// server and removes its directory. It returns ErrNoRedisServer when no
+// redis-server is installed.
+func Local(ctx context.Context) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, ErrNoRedisServer
+	}
+	dir, err := os.MkdirTemp("", "fleetlimit-compare-")
+	if err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
+	}
+	// The port is free when chosen but may be taken before redis-server
+	// binds it: then try another.
+	for range 5 {
+		var s *Server
+		if s, err = startLocal(ctx, bin, dir); err == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, err
+}
+
+// startLocal starts bin on a free port, working in dir, and waits until the
+// server answering there is ours (its dir is dir).
+func startLocal(ctx context.Context, bin, dir string) (*Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("compare: finding a free port: %w", err)
+	}
+	addr := ln.Addr().String()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	_ = ln.Close()
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("compare: starting %s: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		got, err := c.ConfigGet(pctx, "dir").Result()
+		cancel()
+		switch {
+		case err == nil && got["dir"] == dir:
+			s := &Server{kind: standalone, addrs: []string{addr}, proc: cmd, dir: dir}
+			s.procExited = exited
+			if _, err := s.connect(ctx); err != nil {
+				stop()
+				return nil, err
+			}
+			return s, nil
+		case err == nil:
+			stop()
+			return nil, fmt.Errorf("compare: port %s is taken by another redis-server", port)
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("compare: redis-server on %s exited at start (port taken?)", addr)
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			return nil, fmt.Errorf("compare: redis-server on %s did not answer: %v", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (s *Server) connect(ctx context.Context) (*Server, error) {
 	s.admin = s.NewClient()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -114,10 +204,12 @@ func (s *Server) String() string {
 	if s.version != "" {
 		version = " " + s.version
 	}
-	switch s.kind {
-	case embedded:
+	switch {
+	case s.kind == embedded:
 		return "embedded miniredis"
-	case cluster:
+	case s.proc != nil:
+		return "a throwaway redis-server" + version + " on " + s.addrs[0] + ", started for this run and stopped after it"
+	case s.kind == cluster:
 		return "Redis Cluster" + version + " at " + strings.Join(s.addrs, ",")
 	}
 	return "redis-server" + version + " at " + s.addrs[0]
@@ -136,13 +228,19 @@ func (s *Server) NewClient() redis.UniversalClient {
 	})
 }
 
-// Close stops the embedded server, if any, and closes the admin client.
+// Close closes the admin client and stops the server if this Server started
+// it (Embedded, Local).
 func (s *Server) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		err = s.admin.Close()
 		if s.mini != nil {
 			s.mini.Close()
+		}
+		if s.proc != nil {
+			_ = s.proc.Process.Kill()
+			<-s.procExited
+			err = errors.Join(err, os.RemoveAll(s.dir))
 		}
 	})
 	return err
@@ -152,7 +250,7 @@ func (s *Server) Close() error {
 // master of a cluster.
 type snapshot struct {
 	calls      map[string]int64 // INFO commandstats calls, by command
-	usedMemory int64            // INFO memory used_memory, bytes
+	usedMemory int64            // INFO memory used_memory, less nonKeyMemory where known, bytes
 	keys       int64            // INFO keyspace keys, every database
 }
 
@@ -195,8 +293,12 @@ func (s *Server) snapshot(ctx context.Context) (snapshot, error) {
 }
 
 // readSnapshot reads one node's accounting, as three INFO calls (servers
-// before Redis 7 take one section per call).
-func readSnapshot(ctx context.Context, c redis.Cmdable) (snapshot, error) {
+// before Redis 7 take one section per call), and takes from used_memory
+// what MEMORY STATS says is spent on anything but keys.
+func readSnapshot(ctx context.Context, c interface {
+	redis.Cmdable
+	Do(context.Context, ...any) *redis.Cmd
+}) (snapshot, error) {
 	snap := snapshot{calls: map[string]int64{}}
 	for _, section := range []string{"commandstats", "memory", "keyspace"} {
 		text, err := c.Info(ctx, section).Result()
@@ -207,7 +309,41 @@ func readSnapshot(ctx context.Context, c redis.Cmdable) (snapshot, error) {
 			return snap, err
 		}
 	}
+	// A server that refuses MEMORY STATS is measured by used_memory alone.
+	if stats, err := c.Do(ctx, "MEMORY", "STATS").Result(); err == nil {
+		snap.usedMemory -= nonKeyMemory(stats)
+	}
 	return snap, nil
+}
+
+// nonKeyFields are the MEMORY STATS fields, in bytes, of what Redis spends
+// on anything but keys: the memory it started with, clients' buffers
+// (each job opens clients of its own, whose buffers would otherwise count
+// per key), replication, persistence, scripts.
+var nonKeyFields = []string{"startup.allocated", "replication.backlog", "clients.slaves", "clients.normal",
+	"cluster.links", "aof.buffer", "lua.caches", "functions.caches"}
+
+// nonKeyMemory sums nonKeyFields in a MEMORY STATS reply: a map (RESP3) or
+// a flat list of names and values (RESP2).
+func nonKeyMemory(reply any) int64 {
+	fields := map[string]any{}
+	switch r := reply.(type) {
+	case map[any]any:
+		for k, v := range r {
+			fields[fmt.Sprint(k)] = v
+		}
+	case []any:
+		for i := 0; i+1 < len(r); i += 2 {
+			fields[fmt.Sprint(r[i])] = r[i+1]
+		}
+	}
+	var n int64
+	for _, f := range nonKeyFields {
+		if v, ok := fields[f].(int64); ok {
+			n += v
+		}
+	}
+	return n
 }
 
 // parseInfo adds the fields of one INFO reply that a snapshot keeps.
@@ -266,11 +402,17 @@ func commandsSince(before, after snapshot) int64 {
 	return n
 }
 
-// memoryUsage is MEMORY USAGE key SAMPLES 0 (every element counted); 0 when
-// the key does not exist.
-func (s *Server) memoryUsage(ctx context.Context, key string) (int64, error) {
+// memoryUsage is MEMORY USAGE key SAMPLES 0 (every element counted) on a
+// real Redis; on the embedded miniredis, which holds the same values but
+// does not model memory, the estimate of modelMemoryUsage. 0 when the key
+// does not exist.
+func (s *Server) memoryUsage(ctx context.Context, key string) (float64, error) {
 	if s.kind == embedded {
-		return 0, ErrNotMeasured
+		k, err := readKey(ctx, s.admin, key)
+		if err != nil || k.kind == "none" {
+			return 0, err
+		}
+		return modelMemoryUsage(k)
 	}
 	n, err := s.admin.MemoryUsage(ctx, key, 0).Result()
 	if errors.Is(err, redis.Nil) {
@@ -279,7 +421,7 @@ func (s *Server) memoryUsage(ctx context.Context, key string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("compare: MEMORY USAGE %s: %w", key, err)
 	}
-	return n, nil
+	return float64(n), nil
 }
 
 // deleteKeys removes the keys a run left behind: on the embedded server

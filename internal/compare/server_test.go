@@ -3,12 +3,30 @@ package compare
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
+	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 )
+
+func TestNonKeyMemory(t *testing.T) {
+	flat := []any{"peak.allocated", int64(9), "startup.allocated", int64(800), "clients.normal", int64(40),
+		"lua.caches", int64(2), "db.0", []any{"overhead.hashtable.main", int64(72)}, "keys.count", int64(1)}
+	resp3 := map[any]any{}
+	for i := 0; i < len(flat); i += 2 {
+		resp3[flat[i]] = flat[i+1]
+	}
+	for _, reply := range []any{flat, resp3} {
+		if got := nonKeyMemory(reply); got != 842 {
+			t.Errorf("nonKeyMemory(%v) = %d, want 842 (startup, clients and scripts; not the keys' tables)", reply, got)
+		}
+	}
+}
 
 func TestParseInfo(t *testing.T) {
 	text := "# Commandstats\r\n" +
@@ -35,7 +53,7 @@ func TestParseInfo(t *testing.T) {
 	}
 }
 
-func TestEmbeddedMeasuresNothing(t *testing.T) {
+func TestEmbeddedEstimatesMemoryOnly(t *testing.T) {
 	srv, err := Embedded()
 	if err != nil {
 		t.Fatal(err)
@@ -45,8 +63,23 @@ func TestEmbeddedMeasuresNothing(t *testing.T) {
 	if _, err := srv.snapshot(ctx); !errors.Is(err, ErrNotMeasured) {
 		t.Errorf("snapshot: %v, want ErrNotMeasured", err)
 	}
-	if _, err := srv.memoryUsage(ctx, "k"); !errors.Is(err, ErrNotMeasured) {
-		t.Errorf("memoryUsage: %v, want ErrNotMeasured", err)
+	// Memory is estimated from what the key holds.
+	if n, err := srv.memoryUsage(ctx, "k"); n != 0 || err != nil {
+		t.Errorf("memoryUsage of a missing key: %v, %v", n, err)
+	}
+	if err := srv.admin.Set(ctx, "k", "1700000000000000", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// An integer string: its object (16), the key's sds (1+1+1 -> 8) and
+	// its dictionary entry (24).
+	if n, err := srv.memoryUsage(ctx, "k"); n != 48 || err != nil {
+		t.Errorf("memoryUsage of an integer string: %v, %v, want 48", n, err)
+	}
+	if err := srv.admin.HSet(ctx, "h", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.memoryUsage(ctx, "h"); err == nil {
+		t.Error("memoryUsage of a hash, which the model does not cover: no error")
 	}
 	if !srv.Embedded() || srv.String() != "embedded miniredis" {
 		t.Errorf("embedded server says %q", srv.String())
@@ -105,7 +138,7 @@ func TestRealAccounting(t *testing.T) {
 		t.Errorf("snapshot %+v", after)
 	}
 	if n, err := srv.memoryUsage(ctx, key); err != nil || n <= 0 {
-		t.Errorf("MEMORY USAGE = %d, %v", n, err)
+		t.Errorf("MEMORY USAGE = %v, %v", n, err)
 	}
 	if err := srv.deleteKeys(ctx, []string{key}); err != nil {
 		t.Fatal(err)
@@ -114,6 +147,40 @@ func TestRealAccounting(t *testing.T) {
 		t.Errorf("key left behind: %d, %v", n, err)
 	}
 	if n, err := srv.memoryUsage(ctx, key); err != nil || n != 0 {
-		t.Errorf("MEMORY USAGE of a missing key = %d, %v", n, err)
+		t.Errorf("MEMORY USAGE of a missing key = %v, %v", n, err)
+	}
+}
+
+// TestLocal: the default run's throwaway redis-server answers, is named as
+// such, measures memory, and is gone, with its directory, after Close.
+func TestLocal(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		redistest.RealAddr(t) // skips, or fails under FLEETLIMIT_REQUIRE_REDIS=1
+		t.Skip("redis-server is not installed")
+	}
+	ctx := context.Background()
+	srv, err := Local(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.Embedded() || !strings.HasPrefix(srv.String(), "a throwaway redis-server 7") {
+		t.Errorf("local server named %q", srv.String())
+	}
+	if err := srv.admin.Set(ctx, "k", "1700000000000000", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := srv.memoryUsage(ctx, "k"); err != nil || n <= 0 {
+		t.Errorf("MEMORY USAGE = %v, %v", n, err)
+	}
+	addr, dir := srv.addrs[0], srv.dir
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("directory %s left behind: %v", dir, err)
+	}
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("%s still answers after Close", addr)
 	}
 }

@@ -11,16 +11,17 @@ import (
 // Chart geometry, in SVG user units (pixels at 100%).
 const (
 	chartWidth   = 980
-	panelHeight  = 290
+	panelHeight  = 300
 	panelGap     = 40
 	titleHeight  = 56
 	plotLeft     = 70  // room for the y axis labels
 	plotRight    = 200 // room for the legend
-	plotTop      = 30  // room for the panel title
+	plotTop      = 44  // room for the panel title and the window-edge labels
 	plotBottom   = 44  // room for the x axis labels
 	plotWidth    = chartWidth - plotLeft - plotRight
 	plotHeight   = panelHeight - plotTop - plotBottom
 	chartPadding = 16
+	lineGap      = 2 // pixels between lines drawn side by side
 )
 
 // palette colours algorithms in registry order: the third, the fixed
@@ -52,22 +53,33 @@ type guide struct {
 // browsers and Markdown renderers show it as an image.
 func (rep *Report) Chart() []byte {
 	panels := rep.panels()
-	height := titleHeight + len(panels)*(panelHeight+panelGap) + chartPadding
+	points := rep.tradeoff()
+	n := len(panels)
+	if len(points) > 0 {
+		n++
+	}
+	height := titleHeight + n*(panelHeight+panelGap) + chartPadding
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="13">`+"\n",
 		chartWidth, height, chartWidth, height)
-	title := fmt.Sprintf("fleetlimit compare: admitted to one user in the last %s, limit %s per %s",
-		window(rep.Window), thousands(rep.Limit), window(rep.Window))
+	title := fmt.Sprintf("fleetlimit compare: accuracy against memory, and admissions over time, at a limit of %s per %s",
+		thousands(rep.Limit), window(rep.Window))
 	fmt.Fprintf(&b, "<title>%s</title>\n", esc(title))
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="28" font-size="18" font-weight="bold">%s</text>`+"\n", chartPadding, esc(title))
 	fmt.Fprintf(&b, `<text x="%d" y="46" fill="#555">%s</text>`+"\n", chartPadding,
-		esc("store \"redis\": "+rep.Server+". Each line is one algorithm; above the limit line is over-admission."))
-	if len(panels) == 0 {
+		esc(fmt.Sprintf("store \"redis\": %s. Lines that coincide are drawn %d px apart.", rep.Server, lineGap)))
+	if n == 0 {
 		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", chartPadding, titleHeight+30, esc("No boundary or fleet scenario was run."))
 	}
-	for i, p := range panels {
-		rep.drawPanel(&b, p, titleHeight+i*(panelHeight+panelGap))
+	y := titleHeight
+	if len(points) > 0 {
+		rep.drawTradeoff(&b, points, y)
+		y += panelHeight + panelGap
+	}
+	for _, p := range panels {
+		rep.drawPanel(&b, p, y)
+		y += panelHeight + panelGap
 	}
 	b.WriteString("</svg>\n")
 	return []byte(b.String())
@@ -123,7 +135,7 @@ func (rep *Report) panels() []panel {
 				g = append(g, guide{float64(int64(k) * rep.Limit), fmt.Sprintf("%d × limit", k), "#999"})
 			}
 			ps = append(ps, panel{
-				title:  fmt.Sprintf("Fleet of %d instances in round robin, a memory store each: %d × what one limiter admits", k, k),
+				title:  fmt.Sprintf("Fleet of %d instances in round robin, a memory store each: every instance applies the limit alone", k),
 				series: s, xLabel: "seconds", guides: g,
 			})
 		}
@@ -177,26 +189,38 @@ func (rep *Report) drawPanel(b *strings.Builder, p panel, y0 int) {
 	for e := firstEdge; e < to; e += w {
 		x := px(float64(e))
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#aaa" stroke-dasharray="2 4"/>`, x, y0+plotTop, x, y1)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="11" fill="#888">window edge</text>`+"\n", x+4, y1-6)
+		// Above the plot, where no line can cross it.
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="11" fill="#888" text-anchor="middle">window edge</text>`+"\n", x, y0+plotTop-4)
 	}
-	// Reference lines.
+	// Reference lines; their labels come after the curves.
 	for _, g := range p.guides {
 		y := py(g.y)
 		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-width="1.5" stroke-dasharray="7 5"/>`, x0, y, x0+plotWidth, y, g.color)
-		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" fill="%s" font-size="12">%s</text>`+"\n", x0+plotWidth-6, y-5, g.color, esc(g.label))
 	}
-	// One line per algorithm, and the legend.
+	// One line per algorithm, and the legend. Lines that coincide (the
+	// fixed window and the log at the limit, say) would hide one another,
+	// so they are drawn side by side: the first (the exact log) where it
+	// belongs, the others lineGap pixels further each, alternately below
+	// and above, as the chart's subtitle says.
 	legendY := y0 + plotTop + 16
+	const width = 2.5
 	for i, s := range p.series {
 		color, dash := palette[i%len(palette)], dashes[i%len(dashes)]
-		// Each line is thinner than the one drawn before it, so that lines
-		// that coincide still show as nested stripes.
-		width := max(1.5, 5-1.4*float64(i))
+		shift := float64((i+1)/2) * lineGap
+		if i%2 == 0 {
+			shift = -shift
+		}
 		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-linejoin="round"%s points="%s"><title>%s</title></polyline>`+"\n",
-			color, width, dashAttr(dash), points(curves[i], x0, py), esc(s.Algorithm))
+			color, width, dashAttr(dash), points(curves[i], x0, func(v float64) float64 { return py(v) + shift }), esc(s.Algorithm))
 		ly := legendY + i*20
 		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="%.1f"%s/>`, x0+plotWidth+10, ly, x0+plotWidth+38, ly, color, width, dashAttr(dash))
 		fmt.Fprintf(b, `<text x="%d" y="%d" font-size="12">%s</text>`+"\n", x0+plotWidth+43, ly+4, esc(s.Algorithm))
+	}
+	// Drawn over the curves, on a halo of the plot's background, so that a
+	// curve crossing a label cannot hide it.
+	for _, g := range p.guides {
+		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" fill="%s" font-size="12" stroke="#fafafa" stroke-width="4" paint-order="stroke">%s</text>`+"\n",
+			x0+plotWidth-6, py(g.y)-5, g.color, esc(g.label))
 	}
 	b.WriteString("</g>\n")
 }

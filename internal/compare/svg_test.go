@@ -70,6 +70,55 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 			t.Errorf("chart lacks %q", want)
 		}
 	}
+	// The memory-store panel's title claims no multiple: the token bucket
+	// and the fixed window reach 5x with 4 instances, not 4x.
+	if strings.Contains(svg, "4 × what") {
+		t.Error("panel title claims 4 × what one limiter admits")
+	}
+	// No trade-off plot without memory figures.
+	if strings.Contains(svg, "The trade-off") {
+		t.Error("trade-off plot drawn without memory rows")
+	}
+}
+
+// TestTradeoffPlot: one point per algorithm at (bytes per key, worst window
+// over the rows one limiter decided), labelled; an arrow where memory grows
+// with the limit.
+func TestTradeoffPlot(t *testing.T) {
+	rep := chartReport()
+	for _, r := range []struct {
+		algo          string
+		worst, worst4 float64 // one limiter; a memory store per instance
+		bytes, at1000 float64
+	}{
+		{"sliding_window_log", 1, 4, 2664, 102_376},
+		{"token_bucket", 1.99, 5, 104, 104},
+		{"fixed_window", 2, 5, 120, 136},
+	} {
+		rep.Rows = append(rep.Rows,
+			Row{Scenario: "boundary burst", Algorithm: r.algo, Store: StoreRedis, Instances: 1, Limit: 10, WorstWindow: r.worst},
+			Row{Scenario: "fleet", Algorithm: r.algo, Store: StoreMemory, Instances: 4, Limit: 10, WorstWindow: r.worst4},
+			Row{Scenario: manyUsersName, Algorithm: r.algo, Store: StoreRedis, Instances: 1, Limit: 10, MemoryUsage: f(r.bytes)},
+			Row{Scenario: manyUsersName, Algorithm: r.algo, Store: StoreRedis, Instances: 1, Limit: 100, MemoryUsage: f(r.at1000)})
+	}
+	svg := string(rep.Chart())
+	if err := xml.Unmarshal([]byte(svg), new(struct{})); err != nil {
+		t.Fatalf("not well-formed XML: %v", err)
+	}
+	// The per-instance fleet's 4x and 5x are not one limiter's accuracy.
+	for _, want := range []string{"The trade-off", "2,664 B, 1.00×", "104 B, 1.99×", "120 B, 2.00×", "102 KB at a limit of 100", "log scale"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("trade-off plot lacks %q", want)
+		}
+	}
+	if n := strings.Count(svg, "<circle"); n != 3 {
+		t.Errorf("%d points, want 3", n)
+	}
+	// The token bucket's memory does not grow: no arrow; the fixed
+	// window's grows by 16 bytes: too short to draw.
+	if n := strings.Count(svg, "marker-end"); n != 1 {
+		t.Errorf("%d arrows, want 1 (the sliding log's)", n)
+	}
 }
 
 func TestChartWithoutSeries(t *testing.T) {

@@ -145,11 +145,26 @@ func CheckOnBackends(t *testing.T, bs []Backend, newStrat func(Backend, *rand.Ra
 // strategies (EntryCase) on that backend.
 func CheckEntries(t *testing.T, bs []Backend, check func(Backend, Scenario) (string, error)) {
 	t.Helper()
+	checkEntries(t, bs, false, check)
+}
+
+// CheckRefundEntries is CheckEntries over scenarios with refunds
+// (WithRefunds).
+func CheckRefundEntries(t *testing.T, bs []Backend, check func(Backend, Scenario) (string, error)) {
+	t.Helper()
+	checkEntries(t, bs, true, check)
+}
+
+func checkEntries(t *testing.T, bs []Backend, refunds bool, check func(Backend, Scenario) (string, error)) {
+	t.Helper()
 	for _, e := range RegistryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, b := range bs {
 				t.Run(b.Name, func(t *testing.T) {
 					g := ScenarioGen(b, func(r *rand.Rand) StratCase { return EntryCase(e, b, r) }, false)
+					if refunds {
+						g = WithRefunds(g)
+					}
 					Check(t, b.Cases, prop.ForAll(func(s Scenario) (string, error) { return check(b, s) }, g))
 				})
 			}

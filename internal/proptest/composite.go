@@ -1,10 +1,12 @@
 package proptest
 
 import (
+	"fmt"
 	"math/rand"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leanovate/gopter/prop"
 
@@ -52,4 +54,29 @@ func CheckComposites(t *testing.T, bs []Backend, check func(Backend, Scenario) (
 func SameResult(a, b fleetlimit.Result) bool {
 	return a.Allowed == b.Allowed && a.Limit == b.Limit && a.Remaining == b.Remaining &&
 		a.RetryAfter == b.RetryAfter && a.ResetAfter == b.ResetAfter && slices.Equal(a.Limits(), b.Limits())
+}
+
+// PenaltyCase builds a penalty box (algorithm.Penalize) around a registry
+// strategy (EntryCase) or, one case in four, a composite (AllCase): after 1
+// to 3 denials within 1 to 3 windows, a ban of a half to two windows
+// (at least a millisecond), doubling up to 1 to 6 times that (so a
+// doubling can overshoot the cap).
+func PenaltyCase(b Backend, r *rand.Rand) StratCase {
+	var inner StratCase
+	if r.Intn(4) == 0 {
+		inner = AllCase(b, r)
+	} else {
+		es := algorithm.Registry()
+		inner = EntryCase(es[r.Intn(len(es))], b, r)
+	}
+	w := inner.S.Window()
+	ban := max(time.Millisecond, (w * time.Duration(1+r.Intn(4)) / 2).Truncate(time.Microsecond))
+	p := algorithm.Penalty{
+		After:  1 + r.Int63n(3),
+		Within: w * time.Duration(1+r.Intn(3)),
+		Ban:    ban,
+		MaxBan: ban * time.Duration(1+r.Intn(6)),
+	}
+	return StratCase{Name: "penalty", S: algorithm.Penalize(inner.S, p),
+		Desc: fmt.Sprintf("Penalize(%s, %+v)", inner.Desc, p)}
 }

@@ -16,12 +16,12 @@ func OutcomesByKey(outs []Outcome) map[string][]Outcome {
 
 // MaxAdmittedIn returns the most cost admitted to one key in any half-open
 // interval of length w, and the first and last admission of that interval.
-// outs must be sorted by time.
+// outs must be sorted by time; refunds are not admissions.
 func MaxAdmittedIn(outs []Outcome, w time.Duration) (most int64, from, to time.Time) {
 	for _, ko := range OutcomesByKey(outs) {
 		var adm []Outcome
 		for _, o := range ko {
-			if o.Res.Allowed {
+			if o.Res.Allowed && !o.Refund {
 				adm = append(adm, o)
 			}
 		}

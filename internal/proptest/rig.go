@@ -55,8 +55,13 @@ func (r *Rig) RedisKeys(key string) []string {
 	return keys
 }
 
-// At decides ev at its time.
-func (r *Rig) At(ev Event) (fleetlimit.Result, error) { return r.call(ev, "decide", r.lim.AllowN) }
+// At decides ev at its time, or refunds it if it is a refund.
+func (r *Rig) At(ev Event) (fleetlimit.Result, error) {
+	if ev.Refund {
+		return r.call(ev, "refund", r.lim.Refund)
+	}
+	return r.call(ev, "decide", r.lim.AllowN)
+}
 
 // call sets the clock to ev's time and applies op (what it is) to ev.
 func (r *Rig) call(ev Event, what string, op func(context.Context, string, int64) (fleetlimit.Result, error)) (fleetlimit.Result, error) {

@@ -21,6 +21,9 @@ type Arrival struct {
 	Key    int // index into Keys
 	N      int64
 	Repeat int
+	// Refund makes the arrival a refund of N (Limiter.Refund) in a
+	// scenario with Refunds set; elsewhere it is ignored.
+	Refund bool
 }
 
 // Keys are the keys timelines use. "{" and "%7B" would share a Redis key if
@@ -59,6 +62,7 @@ func arrivalGen(b Backend, limit int64, w time.Duration) gopter.Gen {
 		if r.Intn(10) < 3 {
 			a.Repeat = 2 + r.Intn(3)
 		}
+		a.Refund = r.Intn(4) == 0
 		return gopter.NewGenResult(a, gopter.NoShrinker)
 	}
 }
@@ -73,13 +77,17 @@ type Scenario struct {
 	// between instances would deliver them; otherwise they are sorted by
 	// time.
 	Unsorted bool
+	// Refunds makes the arrivals marked Refund refunds (see WithRefunds).
+	Refunds bool
 }
 
-// Event is one request of a timeline.
+// Event is one request of a timeline: a decision of cost N, or a refund of
+// N units.
 type Event struct {
-	At  time.Time
-	Key string
-	N   int64
+	At     time.Time
+	Key    string
+	N      int64
+	Refund bool
 }
 
 // ScenarioGen generates scenarios of the strategies newStrat builds,
@@ -113,7 +121,7 @@ func (s Scenario) Events() []Event {
 			at = s.Base
 		}
 		for range a.Repeat {
-			evs = append(evs, Event{At: at, Key: Keys[a.Key], N: a.N})
+			evs = append(evs, Event{At: at, Key: Keys[a.Key], N: a.N, Refund: s.Refunds && a.Refund})
 		}
 	}
 	if !s.Unsorted {
@@ -133,7 +141,32 @@ func (s Scenario) String() string {
 	fmt.Fprintf(&b, "%s (Limit %d, Window %v); %d requests, %s, from %s:",
 		s.Strat.Desc, s.Strat.S.Limit(), s.Strat.S.Window(), len(s.Events()), order, s.Base.Format(time.RFC3339Nano))
 	for _, ev := range s.Events() {
-		fmt.Fprintf(&b, " [+%v %q n=%d]", ev.At.Sub(s.Base), ev.Key, ev.N)
+		fmt.Fprintf(&b, " [+%v %s]", ev.At.Sub(s.Base), ev)
 	}
 	return b.String()
+}
+
+// String is the event without its time: `"alice" n=2`, or `refund "alice"
+// n=2`.
+func (ev Event) String() string {
+	if ev.Refund {
+		return fmt.Sprintf("refund %q n=%d", ev.Key, ev.N)
+	}
+	return fmt.Sprintf("%q n=%d", ev.Key, ev.N)
+}
+
+// WithRefunds makes the scenarios of g timelines of decisions and refunds:
+// one arrival in four is a refund of its cost, which may be more than the
+// key was charged.
+func WithRefunds(g gopter.Gen) gopter.Gen {
+	return func(p *gopter.GenParameters) *gopter.GenResult {
+		res := g(p)
+		v, _ := res.Retrieve()
+		set := func(v any) any {
+			s := v.(Scenario)
+			s.Refunds = true
+			return s
+		}
+		return gopter.NewGenResult(set(v), func(v any) gopter.Shrink { return res.Shrinker(v).Map(set) })
+	}
 }

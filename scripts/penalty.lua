@@ -1,0 +1,132 @@
+-- Penalty box: a strategy whose key, denied After times within Within, is
+-- refused outright for Ban, doubling on each repeat up to MaxBan. Twin of
+-- algorithm/penalty.go.
+--
+-- This is the driver; algorithm.Penalize prepends the inner strategy's own
+-- script wrapped as a function of (KEYS, ARGV):
+--   local inner = function(KEYS, ARGV) <the inner script> end
+--
+-- KEYS[1..#KEYS-1]  the inner strategy's keys
+-- KEYS[#KEYS]       the penalty's key: "<denials>:<since>:<until>:<strikes>"
+-- ARGV[1]  now (integer microseconds since the Unix epoch) or "" for TIME
+-- ARGV[2]  n, the cost of this request
+-- ARGV[3..6]  after, within_us, ban_us, max_ban_us
+-- ARGV[7]  probe, a cost above the inner strategy's limit
+-- ARGV[8..]  the inner strategy's own parameters
+-- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
+--              refund: the inner strategy gives back n, the ban is as it was
+-- Returns {mode, wait_us, 0, 0} followed by the inner script's reply;
+-- algorithm.Penalize reads them (mode 0: the inner decision stands; 1: this
+-- denial starts a ban of wait_us; 2: banned for wait_us more, the inner
+-- reply is its peek at n; 3: the same, but the inner strategy would admit n
+-- and the reply is its figures as they are, read with the probe).
+--
+-- The state: denials counted since `since` (a count restarts once Within
+-- has passed since its first denial), the end of the current or last ban
+-- (`until`), and the bans so far (`strikes`), forgotten once MaxBan has
+-- passed since the last ban ended. A banned request is not counted (a ban
+-- would otherwise never lift while its client keeps knocking). The key
+-- expires once nothing in it matters: when the count's Within and the
+-- strikes' MaxBan after the ban have both passed.
+--
+-- Out of memory: the penalty's only write, after a denial, is made with
+-- pcall, so a Redis over maxmemory still answers the decision; the denial
+-- goes uncounted.
+local now = ARGV[1]
+if now == '' then
+  local t = redis.call('TIME')
+  now = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+end
+local t = tonumber(now)
+local peek = ARGV[#ARGV] == 'peek'
+local refund = ARGV[#ARGV] == 'refund'
+local after = tonumber(ARGV[3])
+local within = tonumber(ARGV[4])
+local ban = tonumber(ARGV[5])
+local maxban = tonumber(ARGV[6])
+local probe = ARGV[7]
+
+local ikeys = {}
+for i = 1, #KEYS - 1 do ikeys[i] = KEYS[i] end
+local key = KEYS[#KEYS]
+
+-- args is the inner script's ARGV for cost, with mode ('peek' or 'refund')
+-- when given.
+local function args(cost, mode)
+  local a = {now, cost}
+  local last = #ARGV
+  if peek or refund then last = last - 1 end
+  for i = 8, last do a[#a + 1] = ARGV[i] end
+  if mode then a[#a + 1] = mode end
+  return a
+end
+
+-- admits reports whether every decision in an inner reply (four integers
+-- each: one, or one per member of a composite) admits.
+local function admits(r)
+  for i = 1, #r, 4 do
+    if r[i] ~= 1 then return false end
+  end
+  return true
+end
+
+local function reply(head, r)
+  for i = 1, #r do head[#head + 1] = r[i] end
+  return head
+end
+
+if refund then
+  local r = inner(ikeys, args(ARGV[2], 'refund'))
+  if r.err then return r end
+  return reply({0, 0, 0, 0}, r)
+end
+
+local denials, since, untl, strikes = 0, 0, 0, 0
+local v = redis.call('GET', key)
+if v then
+  local a, b, c, d = string.match(v, '^(%d+):(%d+):(%d+):(%d+)$')
+  if not a or #a > 16 or #b > 16 or #c > 16 or #d > 16 then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a penalty box')
+  end
+  denials, since, untl, strikes = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+end
+if strikes > 0 and t >= untl and t - untl >= maxban then
+  strikes = 0 -- quiet for MaxBan since the last ban: forgiven
+end
+
+if t < untl then
+  -- Banned: nothing passes, nothing is counted or written.
+  local r = inner(ikeys, args(ARGV[2], 'peek'))
+  if r.err then return r end
+  if not admits(r) then return reply({2, untl - t, 0, 0}, r) end
+  r = inner(ikeys, args(probe, 'peek'))
+  if r.err then return r end
+  return reply({3, untl - t, 0, 0}, r)
+end
+
+local r = inner(ikeys, args(ARGV[2], peek and 'peek' or nil))
+if r.err then return r end
+if admits(r) then return reply({0, 0, 0, 0}, r) end
+
+if since == 0 or t - since >= within then
+  since, denials = t, 0
+end
+denials = denials + 1
+local head = {0, 0, 0, 0}
+if denials >= after then
+  local b = ban
+  for _ = 1, strikes do
+    if b >= maxban then break end
+    b = b * 2
+  end
+  if b > maxban then b = maxban end
+  untl, strikes, denials, since = t + b, strikes + 1, 0, 0
+  head = {1, b, 0, 0}
+end
+if not peek then
+  local ttl = 0
+  if denials > 0 then ttl = since + within - t end
+  if strikes > 0 and untl + maxban - t > ttl then ttl = untl + maxban - t end
+  redis.pcall('SET', key, string.format('%d:%d:%d:%d', denials, since, untl, strikes), 'PX', math.ceil(ttl / 1000))
+end
+return reply(head, r)

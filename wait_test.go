@@ -1,0 +1,233 @@
+package fleetlimit_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/spy"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// TestWaitArrivalOrder: 64 goroutines Wait on one spent key of one
+// Limiter, one after another, on a virtual clock, for every registered
+// algorithm on every store. They are admitted in the order they arrived;
+// at exactly the instants, and with exactly the store calls, of one caller
+// that makes the same requests in turn and, when denied, retries exactly
+// RetryAfter later — the best any schedule can do, at most two calls per
+// admission; so the store sees O(admitted) calls, not one per waiter per
+// retry. The sliding log and the fixed window admit exactly the limit in
+// every window.
+func TestWaitArrivalOrder(t *testing.T) {
+	const waiters, limit, window = 64, 4, time.Minute
+	backends := map[string]store.Store{"memory": stores.Memory(t)}
+	_, mini := redistest.Mini(t)
+	backends["miniredis"] = stores.Redis(t, mini)
+	if redistest.HaveReal(t) {
+		backends["redis"] = stores.Redis(t, redistest.Real(t))
+	}
+	for _, e := range proptest.RegistryEntries(t) {
+		for name, st := range backends {
+			t.Run(e.Name+"/"+name, func(t *testing.T) {
+				strat := e.New(limit, window)
+				start := proptest.EdgeAfter(proptest.Epoch, window)
+				times, calls := serialSchedule(t, st, strat, start, waiters)
+
+				clock := fakeclock.New(start)
+				counted := &spy.Store{Store: st}
+				var mu sync.Mutex
+				var order []string
+				var at []time.Time
+				lim, err := fleetlimit.New(strat, counted,
+					fleetlimit.WithClock(clock.Now), fleetlimit.WithKeyPrefix(redistest.Prefix()),
+					fleetlimit.WithTimeout(proptest.Timeout), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed),
+					fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(ev fleetlimit.Event) {
+						if ev.Allowed && ev.Route != "" {
+							mu.Lock()
+							order, at = append(order, ev.Route), append(at, clock.Now())
+							mu.Unlock()
+						}
+					})))
+				require.NoError(t, err)
+				fleetlimit.SetSleep(lim, clock.Sleep)
+				res, err := lim.AllowN(bg, "k", limit) // spend the key
+				require.NoError(t, err)
+				require.True(t, res.Allowed)
+
+				errs := make(chan error, waiters)
+				for i := range waiters {
+					go func() {
+						ctx := fleetlimit.ContextWithRoute(bg, strconv.Itoa(i))
+						res, err := lim.Wait(ctx, "k")
+						if err == nil && !res.Allowed {
+							err = fmt.Errorf("waiter %d returned %+v without an error", i, res)
+						}
+						errs <- err
+					}()
+					// The next arrives once this one is queued (and the
+					// first has been denied and sleeps).
+					eventually(t, func() bool {
+						_, asleep := clock.NextWake()
+						return fleetlimit.Waiting(lim, "k") == i+1 && asleep
+					})
+				}
+				for {
+					mu.Lock()
+					done := len(order) == waiters
+					mu.Unlock()
+					if done {
+						break
+					}
+					var next time.Time
+					eventually(t, func() bool {
+						mu.Lock()
+						defer mu.Unlock()
+						var asleep bool
+						next, asleep = clock.NextWake()
+						return asleep || len(order) == waiters
+					})
+					if !next.IsZero() {
+						clock.Set(next)
+					}
+				}
+				for range waiters {
+					require.NoError(t, <-errs)
+				}
+				want := make([]string, waiters)
+				for i := range want {
+					want[i] = strconv.Itoa(i)
+				}
+				require.Equal(t, want, order, "admitted out of arrival order")
+				require.Equal(t, times, at, "admitted at other instants than the best serial schedule")
+				require.Equal(t, calls, counted.Calls.Load()-1, "store calls")
+				require.LessOrEqual(t, calls, int64(2*waiters))
+				require.Zero(t, fleetlimit.Waiting(lim, "k"))
+				if e.Name == "sliding_window_log" || e.Name == "fixed_window" {
+					per := make(map[int64]int)
+					for _, a := range at {
+						per[int64(a.Sub(start)/window)]++
+					}
+					per[0] += limit // the spending
+					for w := range int64(len(per)) {
+						require.Equal(t, limit, per[w], "admitted in window %d", w)
+					}
+				}
+			})
+		}
+	}
+}
+
+// serialSchedule makes n requests of cost 1 in turn on a spent key, each
+// retried exactly RetryAfter after a denial, on a virtual clock from start,
+// and returns the instants of their admissions and the number of decisions
+// made for them.
+func serialSchedule(t *testing.T, st store.Store, strat algorithm.Strategy, start time.Time, n int) ([]time.Time, int64) {
+	t.Helper()
+	rig, err := proptest.NewRig(st, strat)
+	require.NoError(t, err)
+	res, err := rig.At(proptest.Event{At: start, Key: "k", N: strat.Limit()})
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	var times []time.Time
+	var calls int64
+	now := start
+	for range n {
+		for {
+			res, err := rig.At(proptest.Event{At: now, Key: "k", N: 1})
+			require.NoError(t, err)
+			calls++
+			if res.Allowed {
+				times = append(times, now)
+				break
+			}
+			now = now.Add(res.RetryAfter)
+		}
+	}
+	return times, calls
+}
+
+// eventually polls cond until it holds, failing t after a minute of real
+// time: a hang, not a measurement.
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// WaitN's early returns and its queue: a deadline before the waiter's
+// RetryAfter, or before the sleeping head's retry, returns at once (ctx is
+// not yet done when it does); n above the limit and bad input return at
+// once; a waiter whose ctx is cancelled leaves the queue, and when it was
+// the head the next one takes over.
+func TestWaitReturns(t *testing.T) {
+	clock := fakeclock.New(proptest.Epoch)
+	lim, err := fleetlimit.New(algorithm.FixedWindow(1, time.Hour), stores.Memory(t),
+		fleetlimit.WithClock(clock.Now), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
+	require.NoError(t, err)
+	fleetlimit.SetSleep(lim, clock.Sleep)
+	none := fleetlimit.Result{Limit: 1}
+
+	res, err := lim.Wait(bg, "k")
+	require.NoError(t, err)
+	require.True(t, res.Allowed, "a key with room is admitted at once")
+
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	res, err = lim.Wait(ctx, "k") // RetryAfter is an hour
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, ctx.Err(), "it waited for the deadline")
+	require.Equal(t, none, res)
+
+	_, err = lim.WaitN(bg, "k", 2)
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidCost)
+	_, err = lim.Wait(bg, "")
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidKey)
+	require.Zero(t, fleetlimit.Waiting(lim, "k"))
+
+	// A head that sleeps (in real time: its wake-up is an hour away), a
+	// waiter behind it, and one whose deadline comes first.
+	type outcome struct {
+		res fleetlimit.Result
+		err error
+	}
+	headCtx, cancelHead := context.WithCancel(bg)
+	head, second := make(chan outcome, 1), make(chan outcome, 1)
+	go func() { r, err := lim.Wait(headCtx, "k"); head <- outcome{r, err} }()
+	eventually(t, func() bool { _, asleep := clock.NextWake(); return asleep })
+	go func() { r, err := lim.Wait(bg, "k"); second <- outcome{r, err} }()
+	eventually(t, func() bool { return fleetlimit.Waiting(lim, "k") == 2 })
+
+	res, err = lim.Wait(ctx, "k")
+	require.ErrorIs(t, err, context.DeadlineExceeded, "joined behind a head that retries in an hour")
+	require.NoError(t, ctx.Err())
+	require.Equal(t, none, res)
+	require.Equal(t, 2, fleetlimit.Waiting(lim, "k"))
+
+	cancelHead()
+	o := <-head
+	require.ErrorIs(t, o.err, context.Canceled)
+	require.Equal(t, none, o.res)
+	// The second is the head now: it asks, is denied, and sleeps.
+	eventually(t, func() bool { _, asleep := clock.NextWake(); return asleep && fleetlimit.Waiting(lim, "k") == 1 })
+	next, _ := clock.NextWake()
+	clock.Set(next)
+	o = <-second
+	require.NoError(t, o.err)
+	require.True(t, o.res.Allowed)
+	require.Zero(t, fleetlimit.Waiting(lim, "k"))
+}
