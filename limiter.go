@@ -190,7 +190,10 @@ type Limiter struct {
 	strategy algorithm.Strategy
 	decider  algorithm.Strategy // strategy, in its penalty box (WithPenalty) if any
 	store    store.Store
-	fallback *fallback // nil without WithFallback
+	fallback *fallback    // nil without WithFallback
+	denials  *denialCache // nil without WithDenialCache
+	leases   *leases      // nil without WithLeases
+	peeking  bool         // a view of a limiter for Peek: leases only look
 	cfg      config
 	waits    *waitQueues                                      // WaitN's queues
 	sleep    func(ctx context.Context, d time.Duration) error // WaitN's; tests give a virtual one
@@ -238,6 +241,18 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		cfg.breaker = newDefaultBreaker()
 	}
 	l := &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}, sleep: sleepReal}
+	if cfg.denialKeys > 0 {
+		if cfg.penalty != nil {
+			return nil, fmt.Errorf("%w: WithDenialCache with WithPenalty: the penalty box counts denials, and a denial answered from the cache would not be counted", ErrInvalidConfig)
+		}
+		l.denials = newDenialCache(cfg.denialKeys, cfg.clock != nil)
+	}
+	if cfg.leaseSize > 0 {
+		if err := checkLeasable(decider, st); err != nil {
+			return nil, err
+		}
+		l.leases = newLeases(cfg.leaseSize, cfg.leaseMaxAge, cfg.clock != nil)
+	}
 	if err := claimKeys(l); err != nil {
 		return nil, err
 	}
@@ -385,6 +400,34 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 			return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 		}
 	}
+	var sent time.Time // with a denial cache or leases: when the request is sent
+	if l.denials != nil || l.leases != nil {
+		if sent = req.Now; sent.IsZero() {
+			sent = time.Now()
+		}
+	}
+	for ls := l.leases; ls != nil; {
+		if res, ok := ls.spend(key, req.Strategy, n, sent, l.peeking); ok {
+			return res, outcome(DecidedByLease), nil
+		}
+		ready := ls.inFlight(key)
+		if ready == nil || l.peeking {
+			break
+		}
+		select { // for the key's lease round trip, then spend from it
+		case <-ready:
+		case <-ctx.Done():
+			return l.callerGone(key, ctx.Err())
+		}
+	}
+	var epoch uint64
+	if dc := l.denials; dc != nil {
+		var res Result
+		var ok bool
+		if res, ok, epoch = dc.answer(key, req.Strategy, n, sent); ok {
+			return res, outcome(DecidedByCache), nil
+		}
+	}
 	// The breaker's closed path is written out here rather than called: the
 	// key's circuit, then two atomic loads and no clock (see Breaker).
 	var c *circuit
@@ -399,9 +442,12 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 		}
 	}
 	var d algorithm.Decision
-	if p != 0 {
+	switch {
+	case p != 0:
 		d, err = l.probe(ctx, req, c, p) // which tells c how it went
-	} else {
+	case l.leases != nil && !l.peeking:
+		d, err = l.leases.take(ctx, l.store, req, sent)
+	default:
 		d, err = l.store.Decide(ctx, req)
 	}
 	if err != nil {
@@ -420,10 +466,14 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	if p == 0 && c != nil && c.run.Load() {
 		c.answered() // the store answered during a run of failures
 	}
+	res := resultOf(req.Strategy, d)
+	if dc := l.denials; dc != nil {
+		dc.learn(key, req.Strategy, n, sent, epoch, res)
+	}
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(key, err)
 	}
-	return resultOf(req.Strategy, d), outcome(DecidedByStore), nil
+	return res, outcome(DecidedByStore), nil
 }
 
 // callerGone is the decision for a caller whose context is done: denied,
@@ -521,6 +571,9 @@ type config struct {
 	fallbackStore     store.Store
 	fallbackInstances int64
 	strategyFor       func(context.Context, string) (algorithm.Strategy, error)
+	denialKeys        int           // WithDenialCache; 0: none
+	leaseSize         int64         // WithLeases; 0: none
+	leaseMaxAge       time.Duration // WithLeases
 	penalty           *algorithm.Penalty
 
 	errs []error

@@ -63,7 +63,9 @@ type Event struct {
 	// applies when DecidedBy is DecidedByPolicy.
 	Policy FailurePolicy
 	// DecidedBy says who made the decision: the store, the failure policy,
-	// the in-process fallback (WithFallback), or the caller's context.
+	// the in-process fallback (WithFallback), the caller's context, the
+	// denial cache (WithDenialCache) repeating the store's denial, or a
+	// lease (WithLeases).
 	DecidedBy Decider
 	// CircuitOpen reports that the circuit breaker kept the store out of
 	// this decision: the store was not called.
@@ -101,6 +103,14 @@ const (
 	// DecidedByCaller: the caller's context was done (cancelled, or its
 	// deadline passed), so the request was denied whatever the policy.
 	DecidedByCaller
+	// DecidedByCache: the store had denied the same request, and the
+	// limiter answered it again from its denial cache (WithDenialCache),
+	// with no round trip. Err is nil: the decision is the store's.
+	DecidedByCache
+	// DecidedByLease: the limiter admitted the request from the units it
+	// had leased from the store (WithLeases), with no round trip. Err is
+	// nil.
+	DecidedByLease
 )
 
 func (d Decider) String() string {
@@ -113,6 +123,10 @@ func (d Decider) String() string {
 		return "fallback"
 	case DecidedByCaller:
 		return "caller"
+	case DecidedByCache:
+		return "cache"
+	case DecidedByLease:
+		return "lease"
 	}
 	return fmt.Sprintf("Decider(%d)", int(d))
 }

@@ -60,12 +60,16 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64) (Result, erro
 	if !ok {
 		return none, fmt.Errorf("fleetlimit: refund %q: store %T does not implement store.Refunder: %w", key, l.store, errors.ErrUnsupported)
 	}
-	// A view of l whose store refunds and which has no fallback: decide
-	// applies the timeout and the breaker exactly as for AllowN.
+	// A view of l whose store refunds and which has no fallback, denial
+	// cache or leases: decide applies the timeout and the breaker exactly
+	// as for AllowN.
 	v := *l
 	v.store = viewStore{l.store, rf.Refund}
-	v.fallback = nil
+	v.fallback, v.denials, v.leases = nil, nil, nil
 	res, _, err := v.decide(ctx, key, n)
+	if dc := l.denials; dc != nil {
+		dc.forget(key) // the units given back may let a cached denial pass
+	}
 	if err != nil {
 		return none, err
 	}

@@ -42,7 +42,14 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, err)
 	}
 	req := store.Request{Strategy: l.decider, Prefix: l.cfg.prefix, Key: key, Timeout: l.cfg.timeout}
-	if err := rs.Reset(ctx, req); err != nil {
+	err := rs.Reset(ctx, req)
+	if dc := l.denials; dc != nil {
+		dc.forget(key) // after the store's reset, even a failed one
+	}
+	if ls := l.leases; ls != nil {
+		ls.forget(key)
+	}
+	if err != nil {
 		if cerr := doneErr(ctx); cerr != nil {
 			return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, cerr)
 		}
@@ -92,7 +99,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	// A view of l whose stores peek: decide applies the breaker, the
 	// fallback and the policy exactly as for AllowN.
 	v := *l
-	v.store = viewStore{l.store, p.Peek}
+	v.store, v.peeking = viewStore{l.store, p.Peek}, true
 	if fb := l.fallback; fb != nil {
 		v.fallback = nil // the policy decides if the fallback cannot peek
 		if fp, ok := fb.store.(store.Peeker); ok {

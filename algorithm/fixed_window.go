@@ -7,7 +7,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var fixedWindowScript = builtin(NewScript("fw", scripts.FixedWindow()))
+var fixedWindowScript = leasable(builtin(NewScript("fw", scripts.FixedWindow())))
 
 // FixedWindow returns the naive counter: at most limit units per window, with
 // windows aligned to multiples of window since the Unix epoch.

@@ -145,11 +145,21 @@ type Script struct {
 	// built-in scripts do; a store refuses to refund with a script that
 	// does not. Default (NewScript): false.
 	Refunds bool
+	// Leases reports that Source honours the calling convention's lease
+	// mode (see package scripts and Leaser). The token bucket's and the
+	// fixed window's do. Default (NewScript): false.
+	Leases bool
 }
 
 // builtin returns s with Peeks and Refunds set, for the built-in scripts.
 func builtin(s *Script) *Script {
 	s.Peeks, s.Refunds = true, true
+	return s
+}
+
+// leasable returns s with Leases set, for the built-in scripts that lease.
+func leasable(s *Script) *Script {
+	s.Leases = true
 	return s
 }
 

@@ -7,8 +7,12 @@
 -- ARGV[3]  limit, the most units admitted per window
 -- ARGV[4]  window, in microseconds
 -- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
---              refund: lower this window's count by n (below)
--- Returns {allowed, remaining, retry_after_us, reset_after_us}.
+--              refund: lower this window's count by n (below); "lease" on a
+--              lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want:
+--              refund back units if the lease taken at back_at was taken in
+--              this window, then take a lease (below and algorithm.Leaser)
+-- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
+-- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
 -- Windows are [i*window, (i+1)*window) since the Unix epoch. The window index
 -- lives in the value rather than in the key's expiry, so a counter is never
@@ -23,6 +27,7 @@
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
+local lease = ARGV[#ARGV] == 'lease'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
@@ -54,19 +59,41 @@ if v then
 end
 local window_end = (idx + 1) * window
 
+local back = 0
 if refund then
+  back = n
+elseif lease and math.floor(tonumber(ARGV[#ARGV - 3]) / window) == idx then
+  -- A lease's units go back only to the window it was taken in.
+  back = tonumber(ARGV[#ARGV - 2])
+end
+if back > 0 then
   -- Only a count of the current window is lowered: a key whose count
   -- belongs to an earlier window no longer limits anything, and the refund
   -- leaves it alone. The window is kept at a count of 0, so that a clock
   -- behind still cannot reopen an earlier one.
   if v and count > 0 then
-    count = count - math.min(n, count)
+    count = count - math.min(back, count)
     redis.call('SET', key, string.format('%d:%d', idx, count),
       'PX', math.ceil((window_end - now) / 1000))
   end
+end
+if refund then
   local reset = 0
   if count > 0 then reset = window_end - now end
   return {1, math.max(0, limit - count), 0, reset}
+end
+
+local granted = n
+if lease then
+  -- The fair share: at most half of what the window has left, unless n
+  -- alone needs more; never more than want (see algorithm.Leaser).
+  local want = tonumber(ARGV[#ARGV - 1])
+  local available = math.max(0, limit - count)
+  if want == 0 then return {0, available, 0, 0, now} end
+  if n <= limit and n <= available then
+    granted = math.min(want, math.max(n, math.floor(available / 2)))
+  end
+  n = granted
 end
 
 -- n <= limit - count, not count + n <= limit: at a limit of 2^53 the sum
@@ -76,6 +103,7 @@ if n <= limit - count then
     redis.call('SET', key, string.format('%d:%d', idx, count + n),
       'PX', math.ceil((window_end - now) / 1000))
   end
+  if lease then return {granted, limit - count - n, 0, window_end - now, now} end
   return {1, limit - count - n, 0, window_end - now}
 end
 
@@ -89,4 +117,5 @@ if n > limit then
 end
 -- Remaining is never negative, even when a limiter with a larger limit
 -- shares this key.
+if lease then return {0, math.max(0, limit - count), retry, reset, now} end
 return {0, math.max(0, limit - count), retry, reset}

@@ -27,6 +27,14 @@
 //	         No parameter of ours is "peek" or "refund", so without a mode
 //	         the last argument never reads as one.
 //
+// or "lease", appended only for a lease (fleetlimit.WithLeases), after
+// three more arguments: back_at, back and want (algorithm.LeaseTerms). The
+// script first gives back units of an earlier lease taken at back_at where
+// it can do so exactly, then takes up to want units by the fair share
+// (algorithm.Leaser), and returns {granted, remaining, retry_after_us,
+// reset_after_us, now}: granted 0 for a denial, now the time it judged at.
+// A script that leases says so with algorithm.Script.Leases.
+//
 // and returns {allowed (1 or 0), remaining, retry_after_us, reset_after_us}.
 // A composite (algorithm.All, all.lua) takes one key per member and returns
 // those four for each member in turn; a penalty box (penalty.lua) returns

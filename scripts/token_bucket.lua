@@ -7,8 +7,12 @@
 -- ARGV[4]  R, units refilled per microsecond
 -- ARGV[5]  P, units per token
 -- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
---              refund: put n tokens back (below)
--- Returns {allowed, remaining, retry_after_us, reset_after_us}.
+--              refund: put n tokens back (below); "lease" on a lease, after
+--              ARGV[#ARGV-3..#ARGV-1] = back_at, back, want: put back
+--              tokens back as a refund does, then take a lease (below and
+--              algorithm.Leaser)
+-- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
+-- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
 -- Units: one token is P units and the bucket refills R units per microsecond,
 -- where R/P = rate/per reduced by their greatest common divisor, so that
@@ -31,6 +35,7 @@
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
+local lease = ARGV[#ARGV] == 'lease'
 local n = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local R = tonumber(ARGV[4])
@@ -61,13 +66,15 @@ if v then
   end
   tat, e = tonumber(tat), tonumber(e)
   if r and tonumber(r) ~= R then e = 0 end
-  if refund and tat > now then
+  local back = 0
+  if refund then back = n elseif lease then back = tonumber(ARGV[#ARGV - 2]) end
+  if back > 0 and tat > now then
     -- Refund: the bucket is full at tat - e/R; n tokens earlier is
     -- tat - (e + n*P)/R, moved on the stored instant (not on the debt seen
     -- at now) so that a clock behind gets back exactly n tokens. More than
     -- burst tokens fill any bucket, and keep u below 2^53. Once full, the
     -- key goes, as it would expire.
-    local u = e + math.min(n, burst) * P
+    local u = e + math.min(back, burst) * P
     local rem = math.fmod(u, R)
     tat, e = tat - (u - rem) / R, rem
     if tat > now then
@@ -76,6 +83,7 @@ if v then
       redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000))
     else
       redis.call('DEL', key)
+      tat, e = 0, 0
     end
   end
   if tat > now then
@@ -94,6 +102,19 @@ if refund then
   return {1, math.floor((C - debt) / P), 0, math.ceil(debt / R)}
 end
 
+local granted = n
+if lease then
+  -- The fair share: at most half of what the bucket holds, unless n alone
+  -- needs more; never more than want (see algorithm.Leaser).
+  local want = tonumber(ARGV[#ARGV - 1])
+  local available = math.floor((C - debt) / P)
+  if want == 0 then return {0, available, 0, 0, now} end
+  if n <= burst and n <= available then
+    granted = math.min(want, math.max(n, math.floor(available / 2)))
+  end
+  n = granted
+end
+
 if n <= burst and debt + n * P <= C then
   debt = debt + n * P
   local d = math.ceil(debt / R) -- microseconds until full again
@@ -105,6 +126,7 @@ if n <= burst and debt + n * P <= C then
     value = string.format('%d:%d:%d', now + d, e, R)
   end
   if not peek then redis.call('SET', key, value, 'PX', math.ceil(d / 1000)) end
+  if lease then return {granted, math.floor((C - debt) / P), 0, d, now} end
   return {1, math.floor((C - debt) / P), 0, d}
 end
 
@@ -117,4 +139,5 @@ if n > burst then
 else
   retry = math.ceil((debt + n * P - C) / R)
 end
+if lease then return {0, math.floor((C - debt) / P), retry, reset, now} end
 return {0, math.floor((C - debt) / P), retry, reset}

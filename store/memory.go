@@ -162,6 +162,7 @@ const (
 	decideMode mode = iota
 	peekMode
 	refundMode
+	leaseMode
 )
 
 // decide is Decide, Peek or Refund, by mode.
@@ -177,6 +178,12 @@ func (m *Memory) decide(req Request, mode mode) (algorithm.Decision, error) {
 		}
 		rule = r.Refund
 	}
+	return m.run(req, mode, rule)
+}
+
+// run applies rule, for mode, to req.Key's state (a copy of it for a peek)
+// under its shard lock, at req.Now or the store's clock.
+func (m *Memory) run(req Request, mode mode, rule func(algorithm.State, time.Time, int64) (algorithm.Decision, error)) (algorithm.Decision, error) {
 	peek := mode == peekMode
 	now := req.Now
 	if !peek && !now.IsZero() && !m.callerTime.Load() {
@@ -223,7 +230,7 @@ func (m *Memory) decide(req Request, mode mode) (algorithm.Decision, error) {
 		sh.mu.Unlock()
 		return d, err
 	}
-	if err == nil && e == nil && mode == decideMode && (d.Allowed || st.FullAt() > now.UnixMicro()) {
+	if err == nil && e == nil && (mode == decideMode || mode == leaseMode) && (d.Allowed || st.FullAt() > now.UnixMicro()) {
 		// A denied request on a fresh key records nothing, unless the
 		// strategy keeps something of it (a penalty box counts denials);
 		// nor does a refund to a fresh key.

@@ -183,9 +183,30 @@ func (r *Redis) decide(ctx context.Context, req Request, mode mode) (algorithm.D
 			return algorithm.Decision{}, notRefundable(req.Strategy)
 		}
 	}
+	var tail []any
+	switch mode {
+	case peekMode:
+		tail = []any{"peek"}
+	case refundMode:
+		tail = []any{"refund"}
+	}
+	reply, err := r.eval(ctx, req, script, tail)
+	if err != nil {
+		return algorithm.Decision{}, err
+	}
+	if rp, ok := req.Strategy.(algorithm.Replier); ok {
+		return parseLongReply(reply, rp, req.N)
+	}
+	return parseReply(reply, req.Strategy.Limit())
+}
+
+// eval runs script for req with the calling convention's arguments and
+// then tail, bounded by req.Timeout and ctx, and returns its reply or the
+// classed error.
+func (r *Redis) eval(ctx context.Context, req Request, script *algorithm.Script, tail []any) (any, error) {
 	keys := redisKeys(req, script)
 	static := req.Strategy.ScriptArgs()
-	args := make([]any, 2, 3+len(static))
+	args := make([]any, 2, 2+len(static)+len(tail))
 	if !req.Now.IsZero() {
 		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
 	} else {
@@ -193,12 +214,7 @@ func (r *Redis) decide(ctx context.Context, req Request, mode mode) (algorithm.D
 	}
 	args[1] = req.N
 	args = append(args, static...)
-	switch mode {
-	case peekMode:
-		args = append(args, "peek")
-	case refundMode:
-		args = append(args, "refund")
-	}
+	args = append(args, tail...)
 
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -216,13 +232,10 @@ func (r *Redis) decide(ctx context.Context, req Request, mode mode) (algorithm.D
 		reply, err = abandonable(ctx, func(ctx context.Context) (any, error) { return r.run(ctx, script, keys, args) })
 	}
 	if err != nil {
-		return algorithm.Decision{}, r.failed(ctx, keys[0], err)
+		return nil, r.failed(ctx, keys[0], err)
 	}
 	r.noteRouted()
-	if rp, ok := req.Strategy.(algorithm.Replier); ok {
-		return parseLongReply(reply, rp, req.N)
-	}
-	return parseReply(reply, req.Strategy.Limit())
+	return reply, nil
 }
 
 // redisKeys returns the keys of req's script: one per Script.Keys suffix, or

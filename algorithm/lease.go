@@ -1,0 +1,120 @@
+package algorithm
+
+import "time"
+
+// Leaser is implemented by strategies that can lend part of a key's
+// capacity to one instance of a fleet (fleetlimit.WithLeases): "take up to
+// k units, at least n" and "give back units that a lease did not spend", as
+// one atomic step whose Lua twin is the script's "lease" mode (see package
+// scripts). The token bucket and the fixed window implement it; a strategy
+// that does not (or whose Script does not set Leases) cannot be leased, and
+// fleetlimit.New refuses WithLeases for it.
+type Leaser interface {
+	// Lease first gives terms.Back units back to st, where the strategy
+	// can take them back exactly (see each strategy), then takes a lease:
+	// when a request of cost n would be admitted now, it takes
+	// g = min(terms.Want, max(n, ⌊available/2⌋)) units (the fair share: a
+	// lease never takes more than half of what the key has left, unless n
+	// alone needs more), charges them as Decide(st, now, g) does and
+	// returns them with that Decision. Otherwise it takes nothing and
+	// returns Decide's denial of n. terms.Want >= n >= 0; n = 0 with
+	// terms.Want = 0 only gives back. The caller holds st's lock.
+	Lease(st State, now time.Time, n int64, terms LeaseTerms) (Grant, error)
+}
+
+// LeaseTerms are what a lease asks for, beside the request's cost.
+type LeaseTerms struct {
+	// Want is the most units to take (fleetlimit.WithLeases' size, or the
+	// request's cost when that is larger).
+	Want int64
+	// Back is how many units of an earlier lease were not spent, to give
+	// back first; BackAt is that lease's Grant.At.
+	Back, BackAt int64
+}
+
+// Grant is what a lease took.
+type Grant struct {
+	// Units is how many units were taken: 0 when the request was denied,
+	// else at least its cost.
+	Units int64
+	// Decision is Decide's for Units (or, denied, for the request's cost).
+	Decision Decision
+	// At is the time the lease was judged at, in microseconds since the
+	// Unix epoch on the decision clock (the Redis server's TIME unless the
+	// caller gave one): a later hand-back names its lease by it.
+	At int64
+}
+
+// fairShare is the units a lease takes of available ones, for a request of
+// cost n asking for want (see Leaser).
+func fairShare(n, want, available int64) int64 {
+	return min(want, max(n, available/2))
+}
+
+var (
+	_ Leaser = (*tokenBucket)(nil)
+	_ Leaser = (*fixedWindow)(nil)
+)
+
+// Lease gives back (see Leaser) by the token bucket's Refund — the
+// tokens return exactly as if they had never been taken, unless the bucket
+// would have filled in between, in which case it holds at most its burst —
+// then leases from the bucket's level.
+func (s *tokenBucket) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
+	st, err := s.stateOf(state)
+	if err != nil {
+		return Grant{}, err
+	}
+	if terms.Back > 0 {
+		if _, err := s.Refund(st, now, terms.Back); err != nil {
+			return Grant{}, err
+		}
+	}
+	t := now.UnixMicro()
+	available := (s.capacity - s.debt(st, t)) / s.p
+	if terms.Want == 0 {
+		return Grant{Decision: Decision{Limit: s.burst, Remaining: available}, At: t}, nil
+	}
+	return grant(s, st, now, t, n, s.burst, available, terms.Want)
+}
+
+// Lease gives back (see Leaser) by the fixed window's Refund, only to the
+// window the earlier lease was taken in, while it is the key's current
+// window: units of a lease from an earlier window are not given back (that
+// window's count no longer limits anything, and lowering the current one
+// would credit units it never charged).
+func (s *fixedWindow) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
+	st, idx, t, err := s.view(state, now)
+	if err != nil {
+		return Grant{}, err
+	}
+	if terms.Back > 0 && floorDiv(terms.BackAt, s.window) == idx {
+		if _, err := s.Refund(st, now, terms.Back); err != nil {
+			return Grant{}, err
+		}
+	}
+	var count int64
+	if st.end != 0 && st.index == idx {
+		count = st.count
+	}
+	available := max(0, s.limit-count)
+	if terms.Want == 0 {
+		return Grant{Decision: Decision{Limit: s.limit, Remaining: available}, At: t}, nil
+	}
+	return grant(s, st, now, t, n, s.limit, available, terms.Want)
+}
+
+// grant takes a lease for a request of cost n from st, which has available
+// units of a capacity limit, judged at t (µs): the fair share when n
+// passes, else Decide's denial of n.
+func grant(s Strategy, st State, now time.Time, t, n, limit, available, want int64) (Grant, error) {
+	g := n
+	if n <= limit && n <= available {
+		g = fairShare(n, want, available)
+	}
+	d, err := s.Decide(st, now, g)
+	if err != nil || !d.Allowed {
+		return Grant{Decision: d, At: t}, err
+	}
+	return Grant{Units: g, Decision: d, At: t}, nil
+}

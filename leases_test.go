@@ -1,0 +1,478 @@
+package fleetlimit_test
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/big"
+	"math/rand"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leanovate/gopter/prop"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// leaseBackends: memory, miniredis and, under ./test.sh, the real server
+// and the real Cluster.
+func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t) }
+
+// TestPropertyLeaseBound: K = 1..16 instances, each a limiter with leases
+// of a random size (1 to 64) and max age, share one store (memory,
+// miniredis, the real server, the Cluster) and decide a generated timeline
+// on a virtual clock, each request sent to a random instance. For the token
+// bucket and the fixed window it asserts the bound of docs/guarantees.md
+// exactly as written, with H = K·(size−1) the most units the fleet holds in
+// leases of one key:
+//   - over-admission: a token bucket admits at most burst + rate·d/per + H
+//     in any interval d; a fixed window at most limit + H in any aligned
+//     window;
+//   - under-admission: after every decision the store can still admit at
+//     least what the admitted requests alone would leave, less H (a model
+//     charges every admitted request at its time, exactly);
+//   - the fair share: a round trip that admits takes from the store at most
+//     max(n, ⌊available/2⌋) units, available being what it held just before.
+//
+// On miniredis, the real server and the Cluster every Result must also
+// equal the one the Go rule (store.Memory) gives on the same timeline: the
+// lease mode's Lua twin agrees with its Go rule.
+func TestPropertyLeaseBound(t *testing.T) {
+	mem := proptest.Memory(t)
+	for _, name := range []string{"token_bucket", "fixed_window"} {
+		e := proptest.RegistryEntry(t, name)
+		t.Run(name, func(t *testing.T) {
+			for _, b := range leaseBackends(t) {
+				t.Run(b.Name, func(t *testing.T) {
+					newStrat := func(r *rand.Rand) proptest.StratCase {
+						if name == "token_bucket" {
+							return proptest.TokenBucketCase(e, b, r)
+						}
+						return proptest.EntryCase(e, b, r)
+					}
+					g := proptest.ScenarioGen(b, newStrat, false)
+					proptest.Check(t, max(1, b.Cases/2), prop.ForAll(func(s proptest.Scenario) (string, error) {
+						msg, outs, err := checkLeases(b.Store, s)
+						if msg != "" || err != nil || b.Store == store.Store(mem) {
+							return msg, err
+						}
+						_, want, err := checkLeases(mem, s)
+						if err != nil {
+							return "", err
+						}
+						for i := range outs {
+							if !proptest.SameResult(outs[i].Res, want[i].Res) {
+								return fmt.Sprintf("request %d (%q n=%d at +%v): Lua %+v, Go rule %+v", i, outs[i].Key, outs[i].N, outs[i].At.Sub(s.Base), outs[i].Res, want[i].Res), nil
+							}
+						}
+						return "", nil
+					}, g))
+				})
+			}
+		})
+	}
+}
+
+// leasePlan is a scenario's fleet: K instances with leases of size and
+// maxAge, and the instance each request goes to.
+type leasePlan struct {
+	K      int
+	Size   int64
+	MaxAge time.Duration
+	To     []int
+}
+
+func planFor(s proptest.Scenario, n int) leasePlan {
+	h := fnv.New64a()
+	fmt.Fprint(h, s.String())
+	r := rand.New(rand.NewSource(int64(h.Sum64())))
+	p := leasePlan{K: 1 + r.Intn(16), Size: []int64{1, 2, 3, 8, 64}[r.Intn(5)]}
+	w := s.Strat.S.Window()
+	p.MaxAge = max(algorithm.MinWindow, []time.Duration{w / 10, w / 2, w, 3 * w}[r.Intn(4)])
+	for range n {
+		p.To = append(p.To, r.Intn(p.K))
+	}
+	return p
+}
+
+func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcome, error) {
+	evs := s.Events()
+	plan := planFor(s, len(evs))
+	prefix := redistest.Prefix()
+	var decidedBy fleetlimit.Decider
+	obs := fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { decidedBy = e.DecidedBy }))
+	rigs := make([]*proptest.Rig, plan.K)
+	for i := range rigs {
+		r, err := proptest.NewRig(st, s.Strat.S, fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithLeases(plan.Size, plan.MaxAge), obs)
+		if err != nil {
+			return "", nil, err
+		}
+		rigs[i] = r
+	}
+	exact, err := proptest.NewRig(st, s.Strat.S, fleetlimit.WithKeyPrefix(prefix))
+	if err != nil {
+		return "", nil, err
+	}
+	held := int64(plan.K) * (plan.Size - 1)
+	model := newChargeModel(s.Strat)
+	var outs []proptest.Outcome
+	for i, ev := range evs {
+		peek, err := exact.Peek(proptest.Event{At: ev.At, Key: ev.Key, N: 1})
+		if err != nil {
+			return "", nil, err
+		}
+		before := available(peek)
+		res, err := rigs[plan.To[i]].At(ev)
+		if err != nil {
+			return "", nil, err
+		}
+		outs = append(outs, proptest.Outcome{Event: ev, Res: res})
+		if peek, err = exact.Peek(proptest.Event{At: ev.At, Key: ev.Key, N: 1}); err != nil {
+			return "", nil, err
+		}
+		after := available(peek)
+		where := fmt.Sprintf("request %d (%q n=%d at +%v) to instance %d of %d, leases of %d for %v, %v",
+			i, ev.Key, ev.N, ev.At.Sub(s.Base), plan.To[i], plan.K, plan.Size, plan.MaxAge, decidedBy)
+		if res.Allowed {
+			model.charge(ev)
+		}
+		if res.Allowed && decidedBy == fleetlimit.DecidedByStore {
+			if took := before - after; took > max(ev.N, before/2) {
+				return fmt.Sprintf("%s: the store went from %d to %d available: a lease took %d, more than the fair share max(n, %d)",
+					where, before, after, took, before/2), outs, nil
+			}
+		}
+		if floor := model.available(ev.Key, ev.At) - held; after < floor {
+			return fmt.Sprintf("%s: the store can admit %d, less than the %d the admitted requests leave minus %d held in leases",
+				where, after, floor+held, held), outs, nil
+		}
+	}
+	switch s.Strat.Name {
+	case "token_bucket":
+		if msg := proptest.TokenBucketBound(outs, s.Strat.Rate, s.Strat.Per, s.Strat.Burst+held); msg != "" {
+			return fmt.Sprintf("K=%d, leases of %d: %s", plan.K, plan.Size, msg), outs, nil
+		}
+	case "fixed_window":
+		w := s.Strat.S.Window().Microseconds()
+		count := map[string]int64{}
+		for _, o := range outs {
+			if o.Res.Allowed {
+				k := fmt.Sprintf("%s/%d", o.Key, o.At.UnixMicro()/w)
+				if count[k] += o.N; count[k] > s.Strat.S.Limit()+held {
+					return fmt.Sprintf("K=%d, leases of %d: aligned window %s admitted %d > limit %d + %d", plan.K, plan.Size, k, count[k], s.Strat.S.Limit(), held), outs, nil
+				}
+			}
+		}
+	}
+	return "", outs, nil
+}
+
+// available is the whole units a key can still admit, from a peek at a
+// cost of 1: its Remaining, plus the unit when the peek admits it.
+func available(peek fleetlimit.Result) int64 {
+	if peek.Allowed {
+		return peek.Remaining + 1
+	}
+	return peek.Remaining
+}
+
+// chargeModel is what the admitted requests alone would leave in the
+// store: every admitted request charged at its time, with no capacity
+// check, by the strategy's own arithmetic.
+type chargeModel struct {
+	sc    proptest.StratCase
+	debt  map[string]*big.Rat // token bucket: tokens owed
+	last  map[string]time.Time
+	count map[string]int64 // fixed window: key/window -> units
+}
+
+func newChargeModel(sc proptest.StratCase) *chargeModel {
+	return &chargeModel{sc: sc, debt: map[string]*big.Rat{}, last: map[string]time.Time{}, count: map[string]int64{}}
+}
+
+func (m *chargeModel) refill(key string, at time.Time) *big.Rat {
+	d, ok := m.debt[key]
+	if !ok {
+		d = new(big.Rat)
+		m.debt[key] = d
+	}
+	if last, ok := m.last[key]; ok && at.After(last) {
+		us := at.UnixMicro() - last.UnixMicro()
+		d.Sub(d, big.NewRat(m.sc.Rate*us, m.sc.Per.Microseconds()))
+		if d.Sign() < 0 {
+			d.SetInt64(0)
+		}
+	}
+	m.last[key] = at
+	return d
+}
+
+func (m *chargeModel) windowKey(key string, at time.Time) string {
+	return fmt.Sprintf("%s/%d", key, at.UnixMicro()/m.sc.S.Window().Microseconds())
+}
+
+func (m *chargeModel) charge(ev proptest.Event) {
+	if m.sc.Name == "token_bucket" {
+		d := m.refill(ev.Key, ev.At)
+		d.Add(d, big.NewRat(ev.N, 1))
+		return
+	}
+	m.count[m.windowKey(ev.Key, ev.At)] += ev.N
+}
+
+// available is the whole units the model leaves at at (negative when it
+// has charged past the capacity).
+func (m *chargeModel) available(key string, at time.Time) int64 {
+	if m.sc.Name == "token_bucket" {
+		left := new(big.Rat).Sub(big.NewRat(m.sc.Burst, 1), m.refill(key, at))
+		q := new(big.Int).Div(left.Num(), left.Denom()) // floor, Euclidean for a positive denominator
+		return q.Int64()
+	}
+	return m.sc.S.Limit() - m.count[m.windowKey(key, at)]
+}
+
+// Leases step by step on a virtual clock: the fair share, the hand-back at
+// the next round trip after maxAge, the local admissions the observer sees
+// as DecidedByLease, Peek from the lease, Close handing back.
+func TestLeaseSteps(t *testing.T) {
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			clock := &fakeclock.Clock{}
+			clock.Set(proptest.Epoch)
+			p := redistest.Prefix()
+			var by []fleetlimit.Decider
+			newLim := func(opts ...fleetlimit.Option) *fleetlimit.Limiter {
+				l, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, append([]fleetlimit.Option{
+					fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(clock.Now), fleetlimit.WithTimeout(proptest.Timeout)}, opts...)...)
+				require.NoError(t, err)
+				return l
+			}
+			l := newLim(fleetlimit.WithLeases(4, time.Minute),
+				fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { by = append(by, e.DecidedBy) })))
+			exact := newLim()
+			avail := func() int64 {
+				res, err := exact.Peek(bg, "u", 1)
+				require.NoError(t, err)
+				return available(res)
+			}
+			// 10 available: the lease takes min(4, max(1, 5)) = 4.
+			res, err := l.Allow(bg, "u")
+			require.NoError(t, err)
+			require.Equal(t, fleetlimit.Result{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: time.Hour}, res, "the store's 6 and the lease's 3")
+			require.Equal(t, int64(6), avail())
+			// Two more from the lease: no round trip.
+			for want := int64(2); want >= 1; want-- {
+				res, err = l.Allow(bg, "u")
+				require.NoError(t, err)
+				require.Equal(t, fleetlimit.Result{Allowed: true, Limit: 10, Remaining: want, ResetAfter: time.Hour}, res)
+			}
+			// Peek answers from the lease and spends nothing.
+			res, err = l.Peek(bg, "u", 1)
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			require.Equal(t, int64(6), avail())
+			require.Equal(t, []fleetlimit.Decider{fleetlimit.DecidedByStore, fleetlimit.DecidedByLease, fleetlimit.DecidedByLease}, by)
+			// A minute later the lease has aged out: the next request hands
+			// back its 1 unit (7 available) and leases min(4, 3) = 3.
+			clock.Set(proptest.Epoch.Add(time.Minute))
+			res, err = l.Allow(bg, "u")
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			require.Equal(t, int64(4), avail(), "7 after the hand-back, less a lease of 3")
+			// Close hands back the 2 unspent: the store is short of exactly
+			// the 4 admitted.
+			require.NoError(t, l.Close())
+			require.Equal(t, int64(10-4), avail())
+		})
+	}
+}
+
+func TestWithLeasesRejects(t *testing.T) {
+	st := stores.Memory(t)
+	for _, c := range []struct {
+		s    algorithm.Strategy
+		opts []fleetlimit.Option
+		what string
+	}{
+		{algorithm.SlidingWindowLog(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
+		{algorithm.SlidingWindowCounter(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
+		{algorithm.All(algorithm.FixedWindow(10, time.Second), algorithm.TokenBucket(1, time.Second, 5)), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
+		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(0, time.Second)}, "lease size"},
+		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, 0)}, "max age"},
+	} {
+		_, err := fleetlimit.New(c.s, st, c.opts...)
+		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, c.s.Name())
+		require.ErrorContains(t, err, c.what)
+	}
+	_, err := fleetlimit.New(algorithm.FixedWindow(10, time.Second), noLeaseStore{st}, fleetlimit.WithLeases(4, time.Second))
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
+	require.ErrorContains(t, err, "cannot lend")
+}
+
+// noLeaseStore is a store that cannot lease.
+type noLeaseStore struct{ s store.Store }
+
+func (n noLeaseStore) Decide(ctx context.Context, req store.Request) (algorithm.Decision, error) {
+	return n.s.Decide(ctx, req)
+}
+func (n noLeaseStore) Close() error { return nil }
+
+// A fixed window takes a lease's units back only in the window the lease
+// was taken in: a lease from the window before an edge, handed back after
+// it, must not lower the new window's count, which it never charged.
+func TestLeaseHandBackStaysInItsWindow(t *testing.T) {
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			clock := &fakeclock.Clock{}
+			edge := proptest.EdgeAfter(proptest.Epoch, time.Hour)
+			clock.Set(edge.Add(-time.Second))
+			p := redistest.Prefix()
+			newLim := func(opts ...fleetlimit.Option) *fleetlimit.Limiter {
+				l, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, append([]fleetlimit.Option{
+					fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(clock.Now), fleetlimit.WithTimeout(proptest.Timeout)}, opts...)...)
+				require.NoError(t, err)
+				return l
+			}
+			l, exact := newLim(fleetlimit.WithLeases(4, time.Minute)), newLim()
+			res, err := l.Allow(bg, "u") // a lease of 4 in the old window, 3 unspent
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			clock.Set(edge.Add(time.Minute))
+			res, err = exact.AllowN(bg, "u", 5) // 5 of the new window's 10
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			// The stale lease's 3 are not given back: 5 available, a lease
+			// of max(1, 5/2) = 2 leaves 3.
+			res, err = l.Allow(bg, "u")
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			peek, err := exact.Peek(bg, "u", 1)
+			require.NoError(t, err)
+			require.Equal(t, int64(3), available(peek))
+		})
+	}
+}
+
+// Leases under real concurrency and the store's clock (Redis TIME, or the
+// memory store's): K = 4 instances with leases of 8 share a token bucket of
+// 100 per hour; 8 goroutines send 60 requests each to random instances.
+// The fleet admits at most burst + the refill + K·(size−1), and once every
+// instance has closed (handing its leases back) the store is short of
+// exactly what was admitted, less what refilled.
+func TestLeasesConcurrent(t *testing.T) {
+	const k, size, burst = 4, 8, 100
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			p := redistest.Prefix()
+			newLim := func(opts ...fleetlimit.Option) *fleetlimit.Limiter {
+				l, err := fleetlimit.New(algorithm.TokenBucket(1, time.Hour, burst), st, append([]fleetlimit.Option{
+					fleetlimit.WithKeyPrefix(p), fleetlimit.WithTimeout(proptest.Timeout)}, opts...)...)
+				require.NoError(t, err)
+				return l
+			}
+			var fleet [k]*fleetlimit.Limiter
+			for i := range fleet {
+				fleet[i] = newLim(fleetlimit.WithLeases(size, time.Hour))
+			}
+			start := time.Now()
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := rand.New(rand.NewSource(int64(g)))
+					for range 60 {
+						res, err := fleet[r.Intn(k)].Allow(bg, "hot")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if res.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for _, l := range fleet {
+				require.NoError(t, l.Close())
+			}
+			refill := int64(time.Since(start)/time.Hour) + 1
+			require.LessOrEqual(t, admitted.Load(), burst+refill+k*(size-1))
+			peek, err := newLim().Peek(bg, "hot", 1)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, available(peek), burst-admitted.Load(), "units lost after every lease was handed back")
+			require.LessOrEqual(t, available(peek), burst-admitted.Load()+refill)
+		})
+	}
+}
+
+// BenchmarkLeases: one hot key that never runs out (a token bucket of 10^9
+// per second), with leases of 32 and 64 and without, on memory, miniredis
+// and the real server, from 1 goroutine and from 64. "store-calls/op" is
+// the round trips per decision.
+func BenchmarkLeases(b *testing.B) {
+	for _, name := range []string{"memory", "miniredis", "redis"} {
+		for _, size := range []int64{0, 32, 64} {
+			for _, procs := range []int{1, 64} {
+				b.Run(fmt.Sprintf("%s/size=%d/goroutines=%d", name, size, procs), func(b *testing.B) {
+					var st store.Store
+					switch name {
+					case "memory":
+						st = stores.Memory(b)
+					case "miniredis":
+						_, c := redistest.Mini(b)
+						st = stores.Redis(b, c)
+					case "redis":
+						st = stores.Redis(b, redistest.Real(b))
+					}
+					var storeCalls atomic.Int64
+					opts := []fleetlimit.Option{fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(10 * time.Second),
+						fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) {
+							if e.DecidedBy == fleetlimit.DecidedByStore {
+								storeCalls.Add(1)
+							}
+						}))}
+					if size > 0 {
+						opts = append(opts, fleetlimit.WithLeases(size, time.Second))
+					}
+					l, err := fleetlimit.New(algorithm.TokenBucket(1_000_000_000, time.Second, 1_000_000_000), st, opts...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportAllocs()
+					b.SetParallelism(max(1, procs/runtime.GOMAXPROCS(0)))
+					b.ResetTimer()
+					if procs == 1 {
+						for b.Loop() {
+							if res, err := l.Allow(bg, "hot"); err != nil || !res.Allowed {
+								b.Fatalf("%+v, %v", res, err)
+							}
+						}
+					} else {
+						b.RunParallel(func(pb *testing.PB) {
+							for pb.Next() {
+								if res, err := l.Allow(bg, "hot"); err != nil || !res.Allowed {
+									b.Errorf("%+v, %v", res, err)
+									return
+								}
+							}
+						})
+					}
+					b.ReportMetric(float64(storeCalls.Load())/float64(b.N), "store-calls/op")
+				})
+			}
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+)
+
+// Leaser is implemented by stores that can lend a key's capacity:
+// Memory and Redis. fleetlimit.WithLeases needs it.
+type Leaser interface {
+	// Lease applies req.Strategy's lease rule (algorithm.Leaser) to
+	// req.Key's state for a request of cost req.N on terms, atomically as
+	// Decide is: it gives terms.Back units of an earlier lease back, then
+	// takes up to terms.Want. A strategy that cannot lease (not an
+	// algorithm.Leaser, or its Script does not set Leases) gets an error
+	// wrapping ErrRejected and errors.ErrUnsupported. Errors are otherwise
+	// classed as Decide's are.
+	Lease(ctx context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error)
+}
+
+var (
+	_ Leaser = (*Memory)(nil)
+	_ Leaser = (*Redis)(nil)
+)
+
+// Lease runs the strategy's Go lease rule under the key's shard lock.
+func (m *Memory) Lease(_ context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+	l, ok := req.Strategy.(algorithm.Leaser)
+	if !ok {
+		return algorithm.Grant{}, cannotLease(req.Strategy)
+	}
+	var g algorithm.Grant
+	_, err := m.run(req, leaseMode, func(st algorithm.State, now time.Time, n int64) (algorithm.Decision, error) {
+		var err error
+		g, err = l.Lease(st, now, n, terms)
+		return algorithm.Decision{Allowed: g.Units > 0}, err
+	})
+	return g, err
+}
+
+// Lease runs the strategy's script in its lease mode: one EVALSHA, as
+// Decide.
+func (r *Redis) Lease(ctx context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+	if r.closed.Load() {
+		return algorithm.Grant{}, ErrClosed
+	}
+	script := req.Strategy.Script()
+	if _, ok := req.Strategy.(algorithm.Leaser); !ok || script == nil || !script.Leases {
+		return algorithm.Grant{}, cannotLease(req.Strategy)
+	}
+	reply, err := r.eval(ctx, req, script, []any{terms.BackAt, terms.Back, terms.Want, "lease"})
+	if err != nil {
+		return algorithm.Grant{}, err
+	}
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != 5 {
+		return algorithm.Grant{}, fmt.Errorf("%w: %v", ErrBadReply, reply)
+	}
+	units, ok1 := vals[0].(int64)
+	at, ok2 := vals[4].(int64)
+	if !ok1 || !ok2 {
+		return algorithm.Grant{}, fmt.Errorf("%w: %v", ErrBadReply, reply)
+	}
+	d, err := parseReply(append([]any{min(units, 1)}, vals[1:4]...), req.Strategy.Limit())
+	if err != nil {
+		return algorithm.Grant{}, err
+	}
+	return algorithm.Grant{Units: units, Decision: d, At: at}, nil
+}
+
+func cannotLease(s algorithm.Strategy) error {
+	return fmt.Errorf("store: strategy %s cannot lease: %w: %w", s.Name(), ErrRejected, errors.ErrUnsupported)
+}
