@@ -252,6 +252,13 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 			return nil, err
 		}
 		l.leases = newLeases(cfg.leaseSize, cfg.leaseMaxAge, cfg.clock != nil)
+		l.leases.sweep = func() {
+			var now time.Time // the monotonic clock's
+			if l.cfg.clock != nil {
+				now = l.cfg.clock()
+			}
+			l.sweepLeases(now)
+		}
 	}
 	if err := claimKeys(l); err != nil {
 		return nil, err
@@ -400,14 +407,10 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 			return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 		}
 	}
-	var sent time.Time // with a denial cache or leases: when the request is sent
-	if l.denials != nil || l.leases != nil {
-		if sent = req.Now; sent.IsZero() {
-			sent = time.Now()
-		}
-	}
 	for ls := l.leases; ls != nil; {
-		if res, ok := ls.spend(key, req.Strategy, n, sent, l.peeking); ok {
+		// req.Now is zero without WithClock: spend reads the monotonic
+		// clock, once.
+		if res, ok := ls.spend(key, req.Strategy, n, req.Now, l.peeking); ok {
 			return res, outcome(DecidedByLease), nil
 		}
 		ready := ls.inFlight(key)
@@ -419,6 +422,10 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 		case <-ctx.Done():
 			return l.callerGone(key, ctx.Err())
 		}
+	}
+	sent := req.Now // with a denial cache or leases: when the request is sent
+	if sent.IsZero() && (l.denials != nil || l.leases != nil) {
+		sent = time.Now()
 	}
 	var epoch uint64
 	if dc := l.denials; dc != nil {
