@@ -242,9 +242,6 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	}
 	l := &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}, sleep: sleepReal}
 	if cfg.denialKeys > 0 {
-		if cfg.penalty != nil {
-			return nil, fmt.Errorf("%w: WithDenialCache with WithPenalty: the penalty box counts denials, and a denial answered from the cache would not be counted", ErrInvalidConfig)
-		}
 		l.denials = newDenialCache(cfg.denialKeys, cfg.clock != nil)
 	}
 	if cfg.leaseSize > 0 {
@@ -475,7 +472,11 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	}
 	res := resultOf(req.Strategy, d)
 	if dc := l.denials; dc != nil {
-		dc.learn(key, req.Strategy, n, sent, epoch, res)
+		ban := d.Ban()
+		if l.peeking {
+			ban = 0 // a peek's ban may be one it would start: none is remembered
+		}
+		dc.learn(key, req.Strategy, n, sent, epoch, res, ban)
 	}
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(key, err)
