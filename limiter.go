@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"reflect"
 	"strings"
 	"time"
 
@@ -217,7 +216,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
 	}
-	if v := reflect.ValueOf(st); v.Kind() == reflect.Pointer && v.IsNil() {
+	if isNil(st) {
 		return nil, fmt.Errorf("%w: nil %T store", ErrInvalidConfig, st)
 	}
 	cfg := defaults(s)
