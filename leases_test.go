@@ -306,7 +306,9 @@ func TestWithLeasesRejects(t *testing.T) {
 	}{
 		{algorithm.SlidingWindowLog(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
 		{algorithm.SlidingWindowCounter(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
-		{algorithm.All(algorithm.FixedWindow(10, time.Second), algorithm.TokenBucket(1, time.Second, 5)), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
+		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
+		{noLease{algorithm.FixedWindow(10, time.Second)}, []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second)}, "cannot lease"},
+		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second)}, "cannot lease"},
 		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(0, time.Second)}, "lease size"},
 		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, 0)}, "max age"},
 	} {
@@ -314,7 +316,19 @@ func TestWithLeasesRejects(t *testing.T) {
 		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, c.s.Name())
 		require.ErrorContains(t, err, c.what)
 	}
-	_, err := fleetlimit.New(algorithm.FixedWindow(10, time.Second), noLeaseStore{st}, fleetlimit.WithLeases(4, time.Second))
+	// Composites of leasing members, and penalty boxes around leasing
+	// strategies, lease.
+	for _, s := range []algorithm.Strategy{
+		algorithm.All(algorithm.TokenBucket(1, time.Second, 5), algorithm.FixedWindow(10, time.Second)),
+		algorithm.Penalize(algorithm.FixedWindow(10, time.Second), algorithm.Penalty{After: 1, Within: time.Second, Ban: time.Second, MaxBan: time.Second}),
+	} {
+		_, err := fleetlimit.New(s, stores.Memory(t), fleetlimit.WithLeases(4, time.Second))
+		require.NoError(t, err, s.Name())
+	}
+	_, err := fleetlimit.New(algorithm.All(algorithm.TokenBucket(1, time.Second, 5), algorithm.FixedWindow(10, time.Second)), stores.Memory(t),
+		fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second))
+	require.NoError(t, err)
+	_, err = fleetlimit.New(algorithm.FixedWindow(10, time.Second), noLeaseStore{st}, fleetlimit.WithLeases(4, time.Second))
 	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
 	require.ErrorContains(t, err, "cannot lend")
 }
