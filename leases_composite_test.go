@@ -27,23 +27,6 @@ func limitersOf(t *testing.T, s algorithm.Strategy, st store.Store, clock *fakec
 	}
 }
 
-// membersAvailable is what each member of a composite can still admit,
-// from a peek at a cost of 1 (see available): a member that would admit a
-// denied peek shows its figures uncharged.
-func membersAvailable(t *testing.T, peek fleetlimit.Result) []int64 {
-	t.Helper()
-	var out []int64
-	for _, m := range peek.Limits() {
-		a := m.Remaining
-		if peek.Allowed {
-			a++
-		}
-		out = append(out, a)
-	}
-	require.NotEmpty(t, out, "not a composite's result")
-	return out
-}
-
 // A composite's lease, step by step on a virtual clock: every member is
 // charged the fair share of the tightest member's units, every member gets
 // a lease's unspent units back at the next round trip and at Close, and a
@@ -59,7 +42,7 @@ func TestLeaseCompositeSteps(t *testing.T) {
 			avail := func(key string) []int64 {
 				res, err := exact.Peek(bg, key, 1)
 				require.NoError(t, err)
-				return membersAvailable(t, res)
+				return partsAvailable(res)
 			}
 			// min(10, 20) = 10 available: a lease of min(4, max(1, 5)) = 4
 			// from every member.
