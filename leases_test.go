@@ -153,6 +153,7 @@ type leasePlan struct {
 	Size   int64
 	MaxAge time.Duration
 	To     []int
+	Sweep  []bool // whether every instance sweeps its leases before the request
 }
 
 func planFor(s proptest.Scenario, n int) leasePlan {
@@ -164,6 +165,7 @@ func planFor(s proptest.Scenario, n int) leasePlan {
 	p.MaxAge = max(algorithm.MinWindow, []time.Duration{w / 10, w / 2, w, 3 * w}[r.Intn(4)])
 	for range n {
 		p.To = append(p.To, r.Intn(p.K))
+		p.Sweep = append(p.Sweep, r.Intn(3) == 0)
 	}
 	return p
 }
@@ -175,12 +177,13 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 	var decidedBy fleetlimit.Decider
 	obs := fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { decidedBy = e.DecidedBy }))
 	rigs := make([]*proptest.Rig, plan.K)
+	sweeps := make([]func(time.Time), plan.K)
 	for i := range rigs {
 		r, err := proptest.NewRig(st, s.Strat.S, fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithLeases(plan.Size, plan.MaxAge), obs)
 		if err != nil {
 			return "", nil, err
 		}
-		rigs[i] = r
+		rigs[i], sweeps[i] = r, fleetlimit.SweepLeasesByHand(r.Limiter())
 	}
 	exact, err := proptest.NewRig(st, s.Strat.S, fleetlimit.WithKeyPrefix(prefix))
 	if err != nil {
@@ -193,14 +196,36 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		models[i] = newChargeModel(p)
 	}
 	_, penalized := s.Strat.S.(interface{ Unwrap() algorithm.Strategy })
+	leases := make([]map[string]*heldLease, plan.K) // each instance's leases, as observed
+	for i := range leases {
+		leases[i] = map[string]*heldLease{}
+	}
+	live := func(l *heldLease, at time.Time) bool {
+		age := at.Sub(l.at)
+		return l != nil && l.left > 0 && age >= 0 && age < plan.MaxAge
+	}
 	var outs []proptest.Outcome
 	for i, ev := range evs {
+		if plan.Sweep[i] {
+			for j, r := range rigs {
+				r.SetClock(ev.At)
+				sweeps[j](ev.At)
+				for k, l := range leases[j] {
+					if !live(l, ev.At) {
+						delete(leases[j], k) // handed back
+					}
+				}
+			}
+		}
 		peek, err := exact.Peek(proptest.Event{At: ev.At, Key: ev.Key, N: 1})
 		if err != nil {
 			return "", nil, err
 		}
 		before := partsAvailable(peek)
-		res, err := rigs[plan.To[i]].At(ev)
+		inst := plan.To[i]
+		mine := leases[inst][ev.Key]
+		couldServe := mine != nil && live(mine, ev.At) && mine.left >= ev.N
+		res, err := rigs[inst].At(ev)
 		if err != nil {
 			return "", nil, err
 		}
@@ -210,34 +235,84 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		}
 		after := partsAvailable(peek)
 		where := fmt.Sprintf("request %d (%q n=%d at +%v) to instance %d of %d, leases of %d for %v, %v",
-			i, ev.Key, ev.N, ev.At.Sub(s.Base), plan.To[i], plan.K, plan.Size, plan.MaxAge, decidedBy)
+			i, ev.Key, ev.N, ev.At.Sub(s.Base), inst, plan.K, plan.Size, plan.MaxAge, decidedBy)
 		if len(before) != len(parts) || len(after) != len(parts) {
 			return fmt.Sprintf("%s: a peek read %d and %d parts of %d", where, len(before), len(after), len(parts)), outs, nil
 		}
-		least := slices.Min(after)
-		for j, m := range models {
-			if res.Allowed {
+		if res.Allowed {
+			for _, m := range models {
 				m.charge(ev)
 			}
-			part := ""
-			if len(parts) > 1 {
-				part = fmt.Sprintf(" (member %d, %s)", j, parts[j].Desc)
+		}
+		// A composite's parts are its members: its lease is judged by its
+		// tightest member (the fewest available), and charges every member
+		// alike; a plain strategy is its own one part.
+		tightBefore, tightAfter := slices.Min(before), slices.Min(after)
+		switch decidedBy {
+		case fleetlimit.DecidedByLease:
+			// Served in process: only from a live lease that holds n.
+			if !couldServe {
+				return fmt.Sprintf("%s: admitted from a lease, but the instance's lease (%+v) cannot serve it", where, mine), outs, nil
 			}
-			if res.Allowed && decidedBy == fleetlimit.DecidedByStore {
-				// A lease of g > n units took at most ⌊A/2⌋ of the A the
-				// tightest part held after the hand-back, so it left every
-				// part at least g; and it took g less what it handed back.
-				if took := before[j] - after[j]; took > max(ev.N, least) {
-					return fmt.Sprintf("%s: the store%s went from %d to %d available: a lease took %d, more than the fair share (it left %d in the tightest part)",
-						where, part, before[j], after[j], took, least), outs, nil
+			if mine.left -= ev.N; res.Remaining != mine.left {
+				return fmt.Sprintf("%s: Remaining %d, but the lease holds %d", where, res.Remaining, mine.left), outs, nil
+			}
+		case fleetlimit.DecidedByStore:
+			// The round-trip bound: a round trip only when the lease cannot
+			// serve the request.
+			if couldServe {
+				return fmt.Sprintf("%s: a round trip while the instance's lease (%+v) held the cost", where, mine), outs, nil
+			}
+			delete(leases[inst], ev.Key) // handed back, or (a tier change) dropped
+			if !res.Allowed {
+				break
+			}
+			// The units the lease took: what it reports beyond the store's
+			// (a composite reports its tightest member's).
+			took := res.Remaining - tightAfter + ev.N
+			if took > max(ev.N, plan.Size) {
+				return fmt.Sprintf("%s: a lease took %d, more than max(n, size)", where, took), outs, nil
+			}
+			// The fair share, both ways: at most max(n, ⌊A/2⌋) of the A the
+			// tightest part held after the hand-back — so it left every
+			// part at least what it took, and took from each that less
+			// what it handed back — and (a hand-back only adds) at least
+			// the share of what the tightest held before it.
+			for j := range parts {
+				if net := before[j] - after[j]; net > max(ev.N, tightAfter) {
+					return fmt.Sprintf("%s: the store (part %d, %s) went from %d to %d available: a lease took %d, more than the fair share (it left %d in the tightest part)",
+						where, j, parts[j].Desc, before[j], after[j], net, tightAfter), outs, nil
 				}
 			}
-			if penalized && !peek.Allowed {
-				continue // perhaps banned: the peek shows nothing of the store
+			if least := min(max(ev.N, plan.Size), max(ev.N, tightBefore/2)); took < least {
+				return fmt.Sprintf("%s: a lease took %d of %d available, less than the fair share %d", where, took, tightBefore, least), outs, nil
 			}
-			if floor := m.available(ev.Key, ev.At) - held; after[j] < floor {
-				return fmt.Sprintf("%s: the store%s can admit %d, less than the %d the admitted requests leave minus %d held in leases",
-					where, part, after[j], floor+held, held), outs, nil
+			if took > ev.N {
+				leases[inst][ev.Key] = &heldLease{left: took - ev.N, at: ev.At}
+			}
+		default:
+			return fmt.Sprintf("%s: decided by %v with the store up", where, decidedBy), outs, nil
+		}
+		// Under-admission: the store is short of what the admitted
+		// requests alone would leave by at most the units held in leases
+		// as observed (at most H), part by part; unless a penalty box may
+		// be banning the key, when the peek shows nothing of the store.
+		var inLeases int64
+		for j := range leases {
+			if l := leases[j][ev.Key]; l != nil {
+				inLeases += l.left
+			}
+		}
+		if inLeases > held {
+			return fmt.Sprintf("%s: the fleet holds %d units in leases, more than K·(size−1) = %d", where, inLeases, held), outs, nil
+		}
+		if penalized && !peek.Allowed {
+			continue
+		}
+		for j, m := range models {
+			if floor := m.available(ev.Key, ev.At) - inLeases; after[j] < floor {
+				return fmt.Sprintf("%s: the store (part %d, %s) can admit %d, less than the %d the admitted requests leave minus %d held in leases",
+					where, j, parts[j].Desc, after[j], floor+inLeases, inLeases), outs, nil
 			}
 		}
 	}
@@ -246,7 +321,7 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 	}
 	for j, p := range parts {
 		if msg := leaseBound(p, outs, held); msg != "" {
-			return fmt.Sprintf("K=%d, leases of %d: member %d (%s): %s", plan.K, plan.Size, j, p.Desc, msg), outs, nil
+			return fmt.Sprintf("K=%d, leases of %d: part %d (%s): %s", plan.K, plan.Size, j, p.Desc, msg), outs, nil
 		}
 	}
 	return "", outs, nil
@@ -315,6 +390,14 @@ func leaseBound(sc proptest.StratCase, outs []proptest.Outcome, held int64) stri
 		return ""
 	}
 	return "no lease bound for " + sc.Name
+}
+
+// heldLease is an instance's lease of a key as the test observes it: the
+// units it holds (a round trip's Remaining beyond the store's, less what
+// was spent since) and when it was taken.
+type heldLease struct {
+	left int64
+	at   time.Time
 }
 
 // available is the whole units a key can still admit, from a peek at a
@@ -628,5 +711,81 @@ func BenchmarkLeases(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkLeaseLocalPath: a decision served from a lease, the path that
+// makes no round trip: one key, a lease of 2^20 units of a bucket that
+// never runs out, memory store, no observer, 1 goroutine.
+func BenchmarkLeaseLocalPath(b *testing.B) {
+	l, err := fleetlimit.New(algorithm.TokenBucket(1_000_000_000, time.Second, 1_000_000_000), stores.Memory(b),
+		fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithLeases(1<<20, time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := l.Allow(bg, "hot")
+		if err != nil || !res.Allowed {
+			b.Fatalf("%+v, %v", res, err)
+		}
+	}
+}
+
+// TestLeaseSweepReturnsStrandedUnits: an instance that takes leases and
+// then goes quiet does not keep their units from the fleet: its sweep
+// (the real timer, judging ages by the limiter's clock — here a virtual
+// one, so that nothing ages before the test says) hands them back once
+// they are maxAge old and forgets the leases, so a limiter that has seen
+// many keys holds no lease of a key it has not seen for maxAge.
+func TestLeaseSweepReturnsStrandedUnits(t *testing.T) {
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			p := redistest.Prefix()
+			clock := &fakeclock.Clock{}
+			clock.Set(proptest.Epoch)
+			const maxAge = 20 * time.Millisecond
+			quiet, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(clock.Now),
+				fleetlimit.WithTimeout(proptest.Timeout), fleetlimit.WithLeases(8, maxAge))
+			require.NoError(t, err)
+			exact, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(clock.Now),
+				fleetlimit.WithTimeout(proptest.Timeout))
+			require.NoError(t, err)
+			avail := func(key string) int64 {
+				res, err := exact.Peek(bg, key, 1)
+				require.NoError(t, err)
+				return available(res)
+			}
+			keys := make([]string, 200)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("k%d", i)
+				res, err := quiet.Allow(bg, keys[i])
+				require.NoError(t, err)
+				require.True(t, res.Allowed)
+			}
+			time.Sleep(3 * maxAge) // the timer fires, on the virtual clock nothing is old
+			require.Equal(t, 200, fleetlimit.LeasesHeld(quiet))
+			for _, k := range keys {
+				require.Equal(t, int64(10-5), avail(k), "%s: the lease took min(8, max(1, ⌊10/2⌋)) = 5", k)
+			}
+			clock.Set(proptest.Epoch.Add(maxAge)) // every lease is maxAge old: the next sweep returns them
+			require.Eventually(t, func() bool {
+				for _, k := range keys {
+					if avail(k) != 10-1 {
+						return false
+					}
+				}
+				return true
+			}, 20*time.Second, time.Millisecond, "the 4 unspent units of each lease are back")
+			require.Equal(t, 0, fleetlimit.LeasesHeld(quiet), "the sweep forgets every lease maxAge old")
+			// The limiter stays usable, and a new lease arms a new sweep.
+			res, err := quiet.Allow(bg, keys[0])
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			require.Equal(t, 1, fleetlimit.LeasesHeld(quiet))
+			clock.Set(proptest.Epoch.Add(2 * maxAge))
+			require.Eventually(t, func() bool { return avail(keys[0]) == 10-2 }, 20*time.Second, time.Millisecond)
+			require.Equal(t, 0, fleetlimit.LeasesHeld(quiet))
+		})
 	}
 }
