@@ -78,9 +78,18 @@ import (
 // this instance's lease of the key.
 //
 // Strategies: algorithm.TokenBucket and algorithm.FixedWindow lease
-// (algorithm.Leaser); New refuses WithLeases, with ErrInvalidConfig, for a
-// strategy or store that cannot lease (the sliding log, the sliding-window
-// counter and composites, for now). size must be at least 1 and maxAge at
+// (algorithm.Leaser), and so do composites (algorithm.All) of leasing
+// members — a lease hands back to every member and takes the fair share of
+// the tightest member's units from all of them, so each member meets its
+// own bound above — and penalty boxes (WithPenalty) around a leasing
+// strategy, where a lease round trip the strategy denies counts toward a
+// ban as a denied decision does, and a ban denies at the next round trip
+// (requests served from a lease held before it are admissions). A
+// composite's Limits, at a round trip, are its members' store figures,
+// without the lease; from a lease, Limits is empty. New refuses
+// WithLeases, with ErrInvalidConfig, for a strategy or store that cannot
+// lease (the sliding log and the sliding-window counter, for now, and a
+// composite with such a member). size must be at least 1 and maxAge at
 // least algorithm.MinWindow.
 func WithLeases(size int64, maxAge time.Duration) Option {
 	return option(func(c *config) {

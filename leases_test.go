@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"math/rand"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,23 +43,39 @@ func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t
 //     least what the admitted requests alone would leave, less H (a model
 //     charges every admitted request at its time, exactly);
 //   - the fair share: a round trip that admits takes from the store at most
-//     max(n, ⌊available/2⌋) units, available being what it held just before.
+//     max(n, ⌊available/2⌋) units, available being what it held just before
+//     (asserted as: it took at most max(n, what it left), which is the same
+//     thing, and holds with a hand-back in the same round trip too).
+//
+// Composites (algorithm.All of 2 or 3 leasing registry strategies) meet
+// each member's bound with the same H, and a round trip takes from every
+// member at most max(n, ⌊A/2⌋), A the tightest member's available units
+// after the hand-back (asserted as: it took from each at most max(n, what
+// it left in the tightest)). Penalty boxes (around a leasing registry strategy or such a
+// composite) meet the inner strategy's bounds: a ban only denies; the
+// under-admission is asserted at the moments the key is not banned (a ban
+// withholds what the store holds, on purpose).
 //
 // On miniredis, the real server and the Cluster every Result must also
 // equal the one the Go rule (store.Memory) gives on the same timeline: the
 // lease mode's Lua twin agrees with its Go rule.
 func TestPropertyLeaseBound(t *testing.T) {
 	mem := proptest.Memory(t)
-	for _, name := range []string{"token_bucket", "fixed_window"} {
-		e := proptest.RegistryEntry(t, name)
+	leasing := leasingEntries(t)
+	for _, name := range []string{"token_bucket", "fixed_window", "all", "penalty"} {
 		t.Run(name, func(t *testing.T) {
 			for _, b := range leaseBackends(t) {
 				t.Run(b.Name, func(t *testing.T) {
 					newStrat := func(r *rand.Rand) proptest.StratCase {
-						if name == "token_bucket" {
-							return proptest.TokenBucketCase(e, b, r)
+						switch name {
+						case "token_bucket":
+							return proptest.TokenBucketCase(proptest.RegistryEntry(t, name), b, r)
+						case "all":
+							return proptest.AllCaseOf(b, r, leasing)
+						case "penalty":
+							return proptest.PenaltyCaseOf(b, r, leasing)
 						}
-						return proptest.EntryCase(e, b, r)
+						return proptest.EntryCase(proptest.RegistryEntry(t, name), b, r)
 					}
 					g := proptest.ScenarioGen(b, newStrat, false)
 					proptest.Check(t, max(1, b.Cases/2), prop.ForAll(func(s proptest.Scenario) (string, error) {
@@ -72,7 +89,8 @@ func TestPropertyLeaseBound(t *testing.T) {
 						}
 						for i := range outs {
 							if !proptest.SameResult(outs[i].Res, want[i].Res) {
-								return fmt.Sprintf("request %d (%q n=%d at +%v): Lua %+v, Go rule %+v", i, outs[i].Key, outs[i].N, outs[i].At.Sub(s.Base), outs[i].Res, want[i].Res), nil
+								return fmt.Sprintf("request %d (%q n=%d at +%v): Lua %+v %+v, Go rule %+v %+v", i, outs[i].Key, outs[i].N, outs[i].At.Sub(s.Base),
+									outs[i].Res, outs[i].Res.Limits(), want[i].Res, want[i].Res.Limits()), nil
 							}
 						}
 						return "", nil
@@ -81,6 +99,51 @@ func TestPropertyLeaseBound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leasingEntries are the registry's strategies that lease, for the
+// composites and penalty boxes of TestPropertyLeaseBound.
+func leasingEntries(t *testing.T) []algorithm.Entry {
+	var es []algorithm.Entry
+	for _, e := range proptest.RegistryEntries(t) {
+		s := e.New(10, time.Second)
+		if _, ok := s.(algorithm.Leaser); ok && s.Script().Leases {
+			es = append(es, e)
+		}
+	}
+	require.NotEmpty(t, es)
+	return es
+}
+
+// leaseParts are the strategies whose bounds a leased strategy meets: a
+// plain strategy's own, a composite's members', a penalty box's inner
+// strategy's.
+func leaseParts(sc proptest.StratCase) []proptest.StratCase {
+	switch {
+	case sc.Inner != nil:
+		return leaseParts(*sc.Inner)
+	case sc.Members != nil:
+		return sc.Members
+	}
+	return []proptest.StratCase{sc}
+}
+
+// partsAvailable is what each of leaseParts can still admit, from a peek
+// at a cost of 1 (see available): a member of a composite that would admit
+// a denied peek shows its figures uncharged.
+func partsAvailable(peek fleetlimit.Result) []int64 {
+	if len(peek.Limits()) == 0 {
+		return []int64{available(peek)}
+	}
+	var out []int64
+	for _, m := range peek.Limits() {
+		a := m.Remaining
+		if peek.Allowed {
+			a++
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // leasePlan is a scenario's fleet: K instances with leases of size and
@@ -127,7 +190,12 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		return "", nil, err
 	}
 	held := int64(plan.K) * (plan.Size - 1)
-	model := newChargeModel(s.Strat)
+	parts := leaseParts(s.Strat)
+	models := make([]*chargeModel, len(parts))
+	for i, p := range parts {
+		models[i] = newChargeModel(p)
+	}
+	_, penalized := s.Strat.S.(interface{ Unwrap() algorithm.Strategy })
 	leases := make([]map[string]*heldLease, plan.K) // each instance's leases, as observed
 	for i := range leases {
 		leases[i] = map[string]*heldLease{}
@@ -153,7 +221,7 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		if err != nil {
 			return "", nil, err
 		}
-		before := available(peek)
+		before := partsAvailable(peek)
 		inst := plan.To[i]
 		mine := leases[inst][ev.Key]
 		couldServe := mine != nil && live(mine, ev.At) && mine.left >= ev.N
@@ -165,12 +233,21 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		if peek, err = exact.Peek(proptest.Event{At: ev.At, Key: ev.Key, N: 1}); err != nil {
 			return "", nil, err
 		}
-		after := available(peek)
+		after := partsAvailable(peek)
 		where := fmt.Sprintf("request %d (%q n=%d at +%v) to instance %d of %d, leases of %d for %v, %v",
 			i, ev.Key, ev.N, ev.At.Sub(s.Base), inst, plan.K, plan.Size, plan.MaxAge, decidedBy)
-		if res.Allowed {
-			model.charge(ev)
+		if len(before) != len(parts) || len(after) != len(parts) {
+			return fmt.Sprintf("%s: a peek read %d and %d parts of %d", where, len(before), len(after), len(parts)), outs, nil
 		}
+		if res.Allowed {
+			for _, m := range models {
+				m.charge(ev)
+			}
+		}
+		// A composite's parts are its members: its lease is judged by its
+		// tightest member (the fewest available), and charges every member
+		// alike; a plain strategy is its own one part.
+		tightBefore, tightAfter := slices.Min(before), slices.Min(after)
 		switch decidedBy {
 		case fleetlimit.DecidedByLease:
 			// Served in process: only from a live lease that holds n.
@@ -190,20 +267,25 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 			if !res.Allowed {
 				break
 			}
-			// The units the lease took: what it reports beyond the store's.
-			took := res.Remaining - after + ev.N
+			// The units the lease took: what it reports beyond the store's
+			// (a composite reports its tightest member's).
+			took := res.Remaining - tightAfter + ev.N
 			if took > max(ev.N, plan.Size) {
 				return fmt.Sprintf("%s: a lease took %d, more than max(n, size)", where, took), outs, nil
 			}
-			// The fair share, both ways: at most max(n, ⌊available/2⌋) net
-			// of the hand-back, and (a hand-back only adds) at least the
-			// share of what was available before it.
-			if net := before - after; net > max(ev.N, before/2) {
-				return fmt.Sprintf("%s: the store went from %d to %d available: a lease took %d, more than the fair share max(n, %d)",
-					where, before, after, net, before/2), outs, nil
+			// The fair share, both ways: at most max(n, ⌊A/2⌋) of the A the
+			// tightest part held after the hand-back — so it left every
+			// part at least what it took, and took from each that less
+			// what it handed back — and (a hand-back only adds) at least
+			// the share of what the tightest held before it.
+			for j := range parts {
+				if net := before[j] - after[j]; net > max(ev.N, tightAfter) {
+					return fmt.Sprintf("%s: the store (part %d, %s) went from %d to %d available: a lease took %d, more than the fair share (it left %d in the tightest part)",
+						where, j, parts[j].Desc, before[j], after[j], net, tightAfter), outs, nil
+				}
 			}
-			if least := min(max(ev.N, plan.Size), max(ev.N, before/2)); took < least {
-				return fmt.Sprintf("%s: a lease took %d of %d available, less than the fair share %d", where, took, before, least), outs, nil
+			if least := min(max(ev.N, plan.Size), max(ev.N, tightBefore/2)); took < least {
+				return fmt.Sprintf("%s: a lease took %d of %d available, less than the fair share %d", where, took, tightBefore, least), outs, nil
 			}
 			if took > ev.N {
 				leases[inst][ev.Key] = &heldLease{left: took - ev.N, at: ev.At}
@@ -213,7 +295,8 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		}
 		// Under-admission: the store is short of what the admitted
 		// requests alone would leave by at most the units held in leases
-		// as observed (at most H).
+		// as observed (at most H), part by part; unless a penalty box may
+		// be banning the key, when the peek shows nothing of the store.
 		var inLeases int64
 		for j := range leases {
 			if l := leases[j][ev.Key]; l != nil {
@@ -223,29 +306,90 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		if inLeases > held {
 			return fmt.Sprintf("%s: the fleet holds %d units in leases, more than K·(size−1) = %d", where, inLeases, held), outs, nil
 		}
-		if floor := model.available(ev.Key, ev.At) - inLeases; after < floor {
-			return fmt.Sprintf("%s: the store can admit %d, less than the %d the admitted requests leave minus %d held in leases",
-				where, after, floor+inLeases, inLeases), outs, nil
+		if penalized && !peek.Allowed {
+			continue
+		}
+		for j, m := range models {
+			if floor := m.available(ev.Key, ev.At) - inLeases; after[j] < floor {
+				return fmt.Sprintf("%s: the store (part %d, %s) can admit %d, less than the %d the admitted requests leave minus %d held in leases",
+					where, j, parts[j].Desc, after[j], floor+inLeases, inLeases), outs, nil
+			}
 		}
 	}
-	switch s.Strat.Name {
-	case "token_bucket":
-		if msg := proptest.TokenBucketBound(outs, s.Strat.Rate, s.Strat.Per, s.Strat.Burst+held); msg != "" {
-			return fmt.Sprintf("K=%d, leases of %d: %s", plan.K, plan.Size, msg), outs, nil
+	if msg, err := checkClosed(s, evs, rigs, exact, parts, models); msg != "" || err != nil {
+		return msg, outs, err
+	}
+	for j, p := range parts {
+		if msg := leaseBound(p, outs, held); msg != "" {
+			return fmt.Sprintf("K=%d, leases of %d: part %d (%s): %s", plan.K, plan.Size, j, p.Desc, msg), outs, nil
 		}
+	}
+	return "", outs, nil
+}
+
+// exactHandBack are the strategies whose every unspent unit is back once
+// every instance has closed: the store then holds at least what the
+// admitted requests alone leave, with no slack for leases.
+var exactHandBack = map[string]bool{"token_bucket": true, "fixed_window": true}
+
+// checkClosed closes every instance at the last request's time, handing
+// back every lease, and then asserts that no unit of an exactHandBack part
+// is lost: each key's store can admit at least what the model leaves
+// (unless a penalty box bans the key).
+func checkClosed(s proptest.Scenario, evs []proptest.Event, rigs []*proptest.Rig, exact *proptest.Rig, parts []proptest.StratCase, models []*chargeModel) (string, error) {
+	if len(evs) == 0 {
+		return "", nil
+	}
+	end := evs[len(evs)-1].At
+	for _, r := range rigs {
+		if err := r.Close(end); err != nil {
+			return "", err
+		}
+	}
+	keys := map[string]bool{}
+	for _, ev := range evs {
+		if keys[ev.Key] {
+			continue
+		}
+		keys[ev.Key] = true
+		peek, err := exact.Peek(proptest.Event{At: end, Key: ev.Key, N: 1})
+		if err != nil {
+			return "", err
+		}
+		if _, penalized := s.Strat.S.(interface{ Unwrap() algorithm.Strategy }); penalized && !peek.Allowed {
+			continue
+		}
+		after := partsAvailable(peek)
+		for j, m := range models {
+			if want := m.available(ev.Key, end); exactHandBack[parts[j].Name] && after[j] < want {
+				return fmt.Sprintf("after every instance closed at +%v, %q (%s) can admit %d, less than the %d the admitted requests leave: units lost",
+					end.Sub(s.Base), ev.Key, parts[j].Desc, after[j], want), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// leaseBound checks the over-admission bound of docs/guarantees.md for the
+// strategy of sc over the admitted requests of outs, H = held.
+func leaseBound(sc proptest.StratCase, outs []proptest.Outcome, held int64) string {
+	switch sc.Name {
+	case "token_bucket":
+		return proptest.TokenBucketBound(outs, sc.Rate, sc.Per, sc.Burst+held)
 	case "fixed_window":
-		w := s.Strat.S.Window().Microseconds()
+		w := sc.S.Window().Microseconds()
 		count := map[string]int64{}
 		for _, o := range outs {
 			if o.Res.Allowed {
 				k := fmt.Sprintf("%s/%d", o.Key, o.At.UnixMicro()/w)
-				if count[k] += o.N; count[k] > s.Strat.S.Limit()+held {
-					return fmt.Sprintf("K=%d, leases of %d: aligned window %s admitted %d > limit %d + %d", plan.K, plan.Size, k, count[k], s.Strat.S.Limit(), held), outs, nil
+				if count[k] += o.N; count[k] > sc.S.Limit()+held {
+					return fmt.Sprintf("aligned window %s admitted %d > limit %d + %d", k, count[k], sc.S.Limit(), held)
 				}
 			}
 		}
+		return ""
 	}
-	return "", outs, nil
+	return "no lease bound for " + sc.Name
 }
 
 // heldLease is an instance's lease of a key as the test observes it: the
@@ -385,7 +529,9 @@ func TestWithLeasesRejects(t *testing.T) {
 	}{
 		{algorithm.SlidingWindowLog(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
 		{algorithm.SlidingWindowCounter(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
-		{algorithm.All(algorithm.FixedWindow(10, time.Second), algorithm.TokenBucket(1, time.Second, 5)), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
+		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
+		{noLease{algorithm.FixedWindow(10, time.Second)}, []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second)}, "cannot lease"},
+		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second)}, "cannot lease"},
 		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(0, time.Second)}, "lease size"},
 		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, 0)}, "max age"},
 	} {
@@ -393,7 +539,19 @@ func TestWithLeasesRejects(t *testing.T) {
 		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, c.s.Name())
 		require.ErrorContains(t, err, c.what)
 	}
-	_, err := fleetlimit.New(algorithm.FixedWindow(10, time.Second), noLeaseStore{st}, fleetlimit.WithLeases(4, time.Second))
+	// Composites of leasing members, and penalty boxes around leasing
+	// strategies, lease.
+	for _, s := range []algorithm.Strategy{
+		algorithm.All(algorithm.TokenBucket(1, time.Second, 5), algorithm.FixedWindow(10, time.Second)),
+		algorithm.Penalize(algorithm.FixedWindow(10, time.Second), algorithm.Penalty{After: 1, Within: time.Second, Ban: time.Second, MaxBan: time.Second}),
+	} {
+		_, err := fleetlimit.New(s, stores.Memory(t), fleetlimit.WithLeases(4, time.Second))
+		require.NoError(t, err, s.Name())
+	}
+	_, err := fleetlimit.New(algorithm.All(algorithm.TokenBucket(1, time.Second, 5), algorithm.FixedWindow(10, time.Second)), stores.Memory(t),
+		fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second))
+	require.NoError(t, err)
+	_, err = fleetlimit.New(algorithm.FixedWindow(10, time.Second), noLeaseStore{st}, fleetlimit.WithLeases(4, time.Second))
 	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
 	require.ErrorContains(t, err, "cannot lend")
 }

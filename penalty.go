@@ -20,6 +20,8 @@ import (
 // one lock in memory), in a key of its own beside the strategy's, which
 // expires once nothing in it matters; Reset lifts a ban with the rest of the
 // key's state. Per-key strategies (WithStrategyFor) get the same penalty.
+// With WithLeases, a lease round trip the strategy denies counts as a
+// denial, and a banned key's round trip takes no lease (see WithLeases).
 // Invalid parameters (after < 1, durations outside algorithm.MinWindow to
 // algorithm.MaxWindow, maxBan < ban) make New fail with ErrInvalidConfig.
 func WithPenalty(after int64, within, ban, maxBan time.Duration) Option {

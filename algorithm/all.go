@@ -60,6 +60,9 @@ type Composite interface {
 // member whose Limit is MaxInt (the composite reads a member's figures with
 // a cost above its limit).
 //
+// A composite leases (Leaser, fleetlimit.WithLeases) when every member
+// does: see Lease.
+//
 // The returned Strategy is safe for concurrent use.
 func All(members ...Strategy) Strategy {
 	s := &all{members: append([]Strategy(nil), members...)}
@@ -89,10 +92,12 @@ func All(members ...Strategy) Strategy {
 	s.script = NewScript("all("+strings.Join(tags, ",")+")", src.String())
 	s.script.Keys = keys
 	s.script.Peeks = true
-	s.script.Refunds = true
+	s.script.Refunds, s.script.Leases = true, true
 	for _, m := range members {
 		_, ok := m.(Refunder)
 		s.script.Refunds = s.script.Refunds && ok && m.Script().Refunds
+		_, ok = m.(Leaser)
+		s.script.Leases = s.script.Leases && ok && m.Script().Leases
 	}
 	return s
 }
@@ -335,4 +340,64 @@ func (s *all) Refund(state State, now time.Time, n int64) (Decision, error) {
 		ds[i] = d
 	}
 	return s.combine(ds, n), nil
+}
+
+// Lease first gives terms.Back back to every member by the member's own
+// hand-back rule (each member was charged the lease's units, and each
+// judges by terms.BackAt whether it can take them back), then takes a
+// lease as one decision of the composite: the available units are the
+// fewest any member has, the lease takes the fair share of those (see
+// Leaser) and charges every member exactly that, as Decide charges an
+// admission; when the request of cost n does not pass, it takes nothing
+// and returns Decide's denial of n, with no member charged. A member that
+// cannot lease makes it an error wrapping errors.ErrUnsupported, with
+// nothing given back or taken. Grant.At is now, read once for all members.
+func (s *all) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
+	if s.err != nil {
+		return Grant{}, s.err
+	}
+	st, ok := state.(*allState)
+	if !ok || len(st.members) != len(s.members) {
+		return Grant{}, ErrStateType
+	}
+	ls := make([]Leaser, len(s.members))
+	for i, m := range s.members {
+		if ls[i], ok = m.(Leaser); !ok {
+			return Grant{}, fmt.Errorf("all: member %d (%s) cannot lease: %w", i, m.Name(), errors.ErrUnsupported)
+		}
+	}
+	ds := make([]Decision, len(s.members))
+	available := int64(MaxInt)
+	for i, l := range ls {
+		// Want 0: the member only gives back, and says what it has left.
+		g, err := l.Lease(st.members[i], now, 0, LeaseTerms{Back: terms.Back, BackAt: terms.BackAt})
+		if err != nil {
+			return Grant{}, err
+		}
+		ds[i] = g.Decision
+		available = min(available, g.Decision.Remaining)
+	}
+	t := now.UnixMicro()
+	if terms.Want == 0 {
+		return Grant{Decision: s.combine(ds, n), At: t}, nil
+	}
+	return grant(s, st, now, t, n, s.limit, available, terms.Want)
+}
+
+// LeaseReply reads the lease mode's reply: granted, now, then four
+// integers per member (the decision's, for the granted units or, denied,
+// for n).
+func (s *all) LeaseReply(ints []int64, n int64) (Grant, error) {
+	if len(ints) < 2 {
+		return Grant{}, fmt.Errorf("all: lease reply of %d integers", len(ints))
+	}
+	cost := n
+	if ints[0] > 0 {
+		cost = ints[0]
+	}
+	d, err := s.Reply(ints[2:], cost)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{Units: ints[0], Decision: d, At: ints[1]}, nil
 }

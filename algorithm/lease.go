@@ -6,9 +6,11 @@ import "time"
 // capacity to one instance of a fleet (fleetlimit.WithLeases): "take up to
 // k units, at least n" and "give back units that a lease did not spend", as
 // one atomic step whose Lua twin is the script's "lease" mode (see package
-// scripts). The token bucket and the fixed window implement it; a strategy
-// that does not (or whose Script does not set Leases) cannot be leased, and
-// fleetlimit.New refuses WithLeases for it.
+// scripts). The token bucket and the fixed window implement it, and so do
+// All and Penalize, by their members' or inner strategy's lease rules (a
+// composite leases when all its members do); a strategy that does not (or
+// whose Script does not set Leases) cannot be leased, and fleetlimit.New
+// refuses WithLeases for it.
 type Leaser interface {
 	// Lease first gives terms.Back units back to st, where the strategy
 	// can take them back exactly (see each strategy), then takes a lease:
@@ -51,9 +53,22 @@ func fairShare(n, want, available int64) int64 {
 	return min(want, max(n, available/2))
 }
 
+// LeaseReplier is implemented by leasing strategies whose lease mode
+// replies with other than a one-key script's five integers {granted,
+// remaining, retry_after_us, reset_after_us, now} (All, Penalize): a store
+// hands it every integer of the reply, in order, with the request's cost
+// n, and it returns the grant.
+type LeaseReplier interface {
+	LeaseReply(ints []int64, n int64) (Grant, error)
+}
+
 var (
-	_ Leaser = (*tokenBucket)(nil)
-	_ Leaser = (*fixedWindow)(nil)
+	_ Leaser       = (*tokenBucket)(nil)
+	_ Leaser       = (*fixedWindow)(nil)
+	_ Leaser       = (*all)(nil)
+	_ Leaser       = (*penalized)(nil)
+	_ LeaseReplier = (*all)(nil)
+	_ LeaseReplier = (*penalized)(nil)
 )
 
 // Lease gives back (see Leaser) by the token bucket's Refund — the

@@ -68,6 +68,11 @@ type Replier interface {
 // nothing in it matters; Reset removes it with s's. On Redis out of memory
 // a denial is answered but not counted.
 //
+// With leases (fleetlimit.WithLeases, when s leases: Leaser), a lease round
+// trip is judged as a decision is: banned, it takes nothing and gets the
+// ban's denial; otherwise s's lease, and a lease round trip s denies counts
+// toward a ban exactly as a denied decision does (see Lease).
+//
 // Penalize refuses (through Validate) an invalid p or s, an s that is
 // already penalized, and one whose state cannot be copied or whose script
 // cannot peek: a banned request reads s's figures without changing them.
@@ -77,8 +82,8 @@ func Penalize(s Strategy, p Penalty) Strategy {
 	if ps.err = ps.validate(); ps.err != nil {
 		return ps
 	}
-	sc := s.Script()
-	ps.script = penaltyScript(sc)
+	_, leases := s.(Leaser)
+	ps.script = penaltyScript(s.Script(), leases)
 	ps.args = append([]any{
 		strconv.FormatInt(p.After, 10), strconv.FormatInt(micros(p.Within), 10),
 		strconv.FormatInt(micros(p.Ban), 10), strconv.FormatInt(micros(p.MaxBan), 10),
@@ -88,11 +93,21 @@ func Penalize(s Strategy, p Penalty) Strategy {
 }
 
 // penaltyScripts caches the penalty script of each inner script (by its
-// digest): per-key strategies (tiers) are penalized on every decision.
-var penaltyScripts sync.Map // SHA1 → *Script
+// digest and the modes it honours: one source serves composites whose
+// members differ in them): per-key strategies (tiers) are penalized on
+// every decision.
+var penaltyScripts sync.Map // penaltyScriptKey → *Script
 
-func penaltyScript(inner *Script) *Script {
-	if v, ok := penaltyScripts.Load(inner.SHA1); ok {
+type penaltyScriptKey struct {
+	sha1            string
+	refunds, leases bool
+}
+
+// penaltyScript is the penalty box's script around inner; it leases when
+// inner does and the inner strategy is a Leaser.
+func penaltyScript(inner *Script, leaser bool) *Script {
+	key := penaltyScriptKey{inner.SHA1, inner.Refunds, inner.Leases && leaser}
+	if v, ok := penaltyScripts.Load(key); ok {
 		return v.(*Script)
 	}
 	src := "-- algorithm.Penalize of its inner script, then the driver (penalty.lua).\nlocal inner = function(KEYS, ARGV)\n" +
@@ -103,8 +118,8 @@ func penaltyScript(inner *Script) *Script {
 	}
 	s := NewScript("pen("+inner.Tag+")", src)
 	s.Keys = append(append([]string(nil), keys...), "ban")
-	s.Peeks, s.Refunds = true, inner.Refunds
-	v, _ := penaltyScripts.LoadOrStore(inner.SHA1, s)
+	s.Peeks, s.Refunds, s.Leases = true, key.refunds, key.leases
+	v, _ := penaltyScripts.LoadOrStore(key, s)
 	return v.(*Script)
 }
 
@@ -232,12 +247,7 @@ func (s *penalized) Decide(state State, now time.Time, n int64) (Decision, error
 		return Decision{}, ErrStateType
 	}
 	t := now.UnixMicro()
-	within, ban, maxBan := micros(s.p.Within), micros(s.p.Ban), micros(s.p.MaxBan)
-	st.within, st.maxBan = within, maxBan
-	strikes := st.strikes
-	if strikes > 0 && t >= st.until && t-st.until >= maxBan {
-		strikes = 0
-	}
+	st.within, st.maxBan = micros(s.p.Within), micros(s.p.MaxBan)
 	peekInner := func(cost int64) (Decision, error) {
 		return s.inner.Decide(st.inner.(Cloner).Clone(), now, cost)
 	}
@@ -263,6 +273,19 @@ func (s *penalized) Decide(state State, now time.Time, n int64) (Decision, error
 	if err != nil || d.Allowed {
 		return d, err
 	}
+	return s.count(st, t, d), nil
+}
+
+// count counts the inner strategy's denial d at t (µs), when the key is
+// not banned, and returns the penalty's decision: d, or the denial that
+// starts a ban.
+func (s *penalized) count(st *penaltyState, t int64, d Decision) Decision {
+	within, ban, maxBan := micros(s.p.Within), micros(s.p.Ban), micros(s.p.MaxBan)
+	st.within, st.maxBan = within, maxBan
+	strikes := st.strikes
+	if strikes > 0 && t >= st.until && t-st.until >= maxBan {
+		strikes = 0
+	}
 	denials, since, until := st.denials, st.since, st.until
 	if since == 0 || t-since >= within {
 		since, denials = t, 0
@@ -282,7 +305,7 @@ func (s *penalized) Decide(state State, now time.Time, n int64) (Decision, error
 		mode, wait = penaltyBanned, b
 	}
 	st.denials, st.since, st.until, st.strikes = denials, since, until, strikes
-	return penaltyDecision(d, mode, wait), nil
+	return penaltyDecision(d, mode, wait)
 }
 
 // Reply reads the Lua twin's reply: the penalty's four integers, then the
@@ -351,4 +374,58 @@ func (s *penalized) Refund(state State, now time.Time, n int64) (Decision, error
 		return Decision{}, fmt.Errorf("penalty: %s cannot refund: %w", s.inner.Name(), errors.ErrUnsupported)
 	}
 	return r.Refund(st.inner, now, n)
+}
+
+// Lease gives terms.Back back by the inner strategy's lease rule in any
+// case (a ban lifts no charge), then, when terms.Want > 0: banned, takes
+// nothing and returns Decide's ban denial of n; otherwise takes the inner
+// strategy's lease, and a denied one counts toward a ban exactly as a
+// denied decision does. Requests a lease then admits in process are
+// admissions: they are never counted. An inner strategy that cannot lease
+// makes it an error wrapping errors.ErrUnsupported, with nothing changed.
+func (s *penalized) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
+	if s.err != nil {
+		return Grant{}, s.err
+	}
+	st, ok := state.(*penaltyState)
+	if !ok || st.inner == nil {
+		return Grant{}, ErrStateType
+	}
+	l, ok := s.inner.(Leaser)
+	if !ok {
+		return Grant{}, fmt.Errorf("penalty: %s cannot lease: %w", s.inner.Name(), errors.ErrUnsupported)
+	}
+	t := now.UnixMicro()
+	if terms.Want == 0 || t < st.until {
+		g, err := l.Lease(st.inner, now, 0, LeaseTerms{Back: terms.Back, BackAt: terms.BackAt})
+		if err != nil || terms.Want == 0 {
+			return g, err
+		}
+		d, err := s.Decide(st, now, n) // banned: reads, and writes nothing
+		return Grant{Decision: d, At: t}, err
+	}
+	g, err := l.Lease(st.inner, now, n, terms)
+	if err != nil || g.Units > 0 {
+		return g, err
+	}
+	g.Decision = s.count(st, t, g.Decision)
+	return g, nil
+}
+
+// LeaseReply reads the Lua twin's lease reply: the penalty's mode and
+// wait, the units granted and the time judged at, then the inner script's
+// decision (four integers, or four per member of a composite).
+func (s *penalized) LeaseReply(ints []int64, n int64) (Grant, error) {
+	if len(ints) < 8 {
+		return Grant{}, fmt.Errorf("penalty: lease reply of %d integers", len(ints))
+	}
+	cost := n
+	if ints[2] > 0 {
+		cost = ints[2]
+	}
+	d, err := s.Reply(ints, cost) // which reads only the mode and wait of the head
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{Units: ints[2], Decision: d, At: ints[3]}, nil
 }

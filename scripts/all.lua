@@ -15,9 +15,11 @@
 --          probe (a cost above its limit), then its c parameters
 -- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
 --              refund: every member gives back n (each was charged n for
---              every admission) by its own refund rule
+--              every admission) by its own refund rule; "lease" on a lease,
+--              after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want (below)
 -- Returns, for each member in order, {allowed, remaining, retry_after_us,
--- reset_after_us}; algorithm.All combines them into the decision.
+-- reset_after_us}; algorithm.All combines them into the decision. A lease
+-- returns {granted, now} followed by those four for each member.
 --
 -- Every member first decides with its peek flag, which writes nothing. Only
 -- when every member admits does each decide again for real, and charge: a
@@ -37,6 +39,7 @@ end
 local n = ARGV[2]
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
+local lease = ARGV[#ARGV] == 'lease'
 
 local args, probes = {}, {}
 local i = 3
@@ -49,53 +52,96 @@ for m = 1, #member do
   i = i + 2 + c
 end
 
--- call runs member m with cost (its own parameters after it) and, when
--- given, a mode ('peek' or 'refund').
-local function call(m, cost, mode)
+-- call runs member m with cost (its own parameters after it) and then the
+-- arguments given, if any: a mode ('peek' or 'refund'), or a lease's terms
+-- and 'lease'.
+local function call(m, cost, ...)
   local a = {}
   for j = 1, #args[m] do a[j] = args[m][j] end
   a[2] = cost
-  if mode then a[#a + 1] = mode end
+  for _, x in ipairs({...}) do a[#a + 1] = x end
   return member[m]({KEYS[m]}, a)
 end
 
-local replies = {}
+-- flat lists the members' replies' first four integers after head.
+local function flat(head, replies)
+  for m = 1, #member do
+    for j = 1, 4 do head[#head + 1] = replies[m][j] end
+  end
+  return head
+end
+
 if refund then
-  local out = {}
+  local replies = {}
   for m = 1, #member do
     local r = call(m, n, 'refund')
     if r.err then return r end
-    for j = 1, 4 do out[#out + 1] = r[j] end
-  end
-  return out
-end
-
-local admit = true
-for m = 1, #member do
-  local r = call(m, n, 'peek')
-  if r.err then return r end
-  replies[m] = r
-  if r[1] ~= 1 then admit = false end
-end
-
-if admit and not peek then
-  for m = 1, #member do
-    local r = call(m, n)
-    if r.err then return r end
     replies[m] = r
   end
-elseif not admit then
-  for m = 1, #member do
-    if replies[m][1] == 1 then
-      local r = call(m, probes[m], 'peek')
-      if r.err then return r end
-      replies[m] = {1, r[2], 0, r[4]}
-    end
-  end
+  return flat({}, replies)
 end
 
-local out = {}
-for m = 1, #member do
-  for j = 1, 4 do out[#out + 1] = replies[m][j] end
+-- decide decides a request of cost for every member, all or none (above),
+-- and returns their replies and whether all admitted, or the first error
+-- reply third.
+local function decide(cost)
+  local replies, admit = {}, true
+  for m = 1, #member do
+    local r = call(m, cost, 'peek')
+    if r.err then return nil, false, r end
+    replies[m] = r
+    if r[1] ~= 1 then admit = false end
+  end
+  if admit and not peek then
+    for m = 1, #member do
+      local r = call(m, cost)
+      if r.err then return nil, false, r end
+      replies[m] = r
+    end
+  elseif not admit then
+    for m = 1, #member do
+      if replies[m][1] == 1 then
+        local r = call(m, probes[m], 'peek')
+        if r.err then return nil, false, r end
+        replies[m] = {1, r[2], 0, r[4]}
+      end
+    end
+  end
+  return replies, admit
 end
-return out
+
+if lease then
+  -- A lease (algorithm.All's Lease): every member first gives back the
+  -- earlier lease's units by its own lease mode with want 0, which also
+  -- returns what it has left; the composite's available units are the
+  -- fewest any member has. Then one decision of the fair share of those
+  -- (at most half, unless n alone needs more; never more than want), so
+  -- that every member is charged exactly the granted units, or none when
+  -- n does not pass.
+  local back_at, back = ARGV[#ARGV - 3], ARGV[#ARGV - 2]
+  local want = tonumber(ARGV[#ARGV - 1])
+  local replies, available, limit = {}, nil, nil
+  for m = 1, #member do
+    local r = call(m, 0, back_at, back, 0, 'lease')
+    if r.err then return r end
+    replies[m] = r
+    if available == nil or r[2] < available then available = r[2] end
+    local l = tonumber(probes[m]) - 1
+    if limit == nil or l < limit then limit = l end
+  end
+  if want == 0 then return flat({0, tonumber(now)}, replies) end
+  local cost = tonumber(n)
+  if cost <= limit and cost <= available then
+    cost = math.min(want, math.max(cost, math.floor(available / 2)))
+  end
+  local admit, err
+  replies, admit, err = decide(cost)
+  if err then return err end
+  local granted = 0
+  if admit then granted = cost end
+  return flat({granted, tonumber(now)}, replies)
+end
+
+local replies, _, err = decide(n)
+if err then return err end
+return flat({}, replies)

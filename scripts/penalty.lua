@@ -14,12 +14,23 @@
 -- ARGV[7]  probe, a cost above the inner strategy's limit
 -- ARGV[8..]  the inner strategy's own parameters
 -- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
---              refund: the inner strategy gives back n, the ban is as it was
+--              refund: the inner strategy gives back n, the ban is as it
+--              was; "lease" on a lease, after ARGV[#ARGV-3..#ARGV-1] =
+--              back_at, back, want (below)
 -- Returns {mode, wait_us, 0, 0} followed by the inner script's reply;
 -- algorithm.Penalize reads them (mode 0: the inner decision stands; 1: this
 -- denial starts a ban of wait_us; 2: banned for wait_us more, the inner
 -- reply is its peek at n; 3: the same, but the inner strategy would admit n
--- and the reply is its figures as they are, read with the probe).
+-- and the reply is its figures as they are, read with the probe). A lease
+-- returns {mode, wait_us, granted, now} followed by the inner decision's
+-- four integers (or four per member of a composite).
+--
+-- A lease (algorithm.Penalize's Lease): the inner strategy is first given
+-- back the earlier lease's units by its own lease mode (want 0), banned or
+-- not, since a ban lifts no charge. Banned, the lease takes nothing and the
+-- reply is the ban's, as a decision's. Otherwise the inner strategy's
+-- lease mode decides, and a lease it denies is counted toward a ban as a
+-- denied decision is.
 --
 -- The state: denials counted since `since` (a count restarts once Within
 -- has passed since its first denial), the end of the current or last ban
@@ -40,6 +51,7 @@ end
 local t = tonumber(now)
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
+local lease = ARGV[#ARGV] == 'lease'
 local after = tonumber(ARGV[3])
 local within = tonumber(ARGV[4])
 local ban = tonumber(ARGV[5])
@@ -50,14 +62,14 @@ local ikeys = {}
 for i = 1, #KEYS - 1 do ikeys[i] = KEYS[i] end
 local key = KEYS[#KEYS]
 
--- args is the inner script's ARGV for cost, with mode ('peek' or 'refund')
--- when given.
-local function args(cost, mode)
+-- args is the inner script's ARGV for cost, then the arguments given, if
+-- any: a mode ('peek' or 'refund'), or a lease's terms and 'lease'.
+local function args(cost, ...)
   local a = {now, cost}
   local last = #ARGV
-  if peek or refund then last = last - 1 end
+  if peek or refund then last = last - 1 elseif lease then last = last - 4 end
   for i = 8, last do a[#a + 1] = ARGV[i] end
-  if mode then a[#a + 1] = mode end
+  for _, x in ipairs({...}) do a[#a + 1] = x end
   return a
 end
 
@@ -68,6 +80,27 @@ local function admits(r)
     if r[i] ~= 1 then return false end
   end
   return true
+end
+
+-- An inner lease reply is {granted, remaining, retry_after_us,
+-- reset_after_us, now} from a one-key script, or {granted, now} and four
+-- integers per member from a composite (all.lua): never five integers.
+-- leased returns its granted units and time; decision its decision's
+-- integers, as a decision's reply would have them.
+local function leased(r)
+  if #r == 5 then return r[1], r[5] end
+  return r[1], r[2]
+end
+
+local function decision(r)
+  if #r == 5 then
+    local allowed = 0
+    if r[1] > 0 then allowed = 1 end
+    return {allowed, r[2], r[3], r[4]}
+  end
+  local d = {}
+  for i = 3, #r do d[#d + 1] = r[i] end
+  return d
 end
 
 local function reply(head, r)
@@ -94,25 +127,51 @@ if strikes > 0 and t >= untl and t - untl >= maxban then
   strikes = 0 -- quiet for MaxBan since the last ban: forgiven
 end
 
+-- at is the time a lease reply names (the head's fourth integer).
+local at = 0
+local back_at, back, want
+if lease then
+  back_at, back, want = ARGV[#ARGV - 3], ARGV[#ARGV - 2], tonumber(ARGV[#ARGV - 1])
+  if want == 0 or t < untl then
+    local r = inner(ikeys, args(0, back_at, back, 0, 'lease'))
+    if r.err then return r end
+    if want == 0 then
+      local _, a = leased(r)
+      return reply({0, 0, 0, a}, decision(r))
+    end
+  end
+  at = t
+end
+
 if t < untl then
   -- Banned: nothing passes, nothing is counted or written.
   local r = inner(ikeys, args(ARGV[2], 'peek'))
   if r.err then return r end
-  if not admits(r) then return reply({2, untl - t, 0, 0}, r) end
+  if not admits(r) then return reply({2, untl - t, 0, at}, r) end
   r = inner(ikeys, args(probe, 'peek'))
   if r.err then return r end
-  return reply({3, untl - t, 0, 0}, r)
+  return reply({3, untl - t, 0, at}, r)
 end
 
-local r = inner(ikeys, args(ARGV[2], peek and 'peek' or nil))
-if r.err then return r end
-if admits(r) then return reply({0, 0, 0, 0}, r) end
+local r
+if lease then
+  r = inner(ikeys, args(ARGV[2], back_at, back, want, 'lease'))
+  if r.err then return r end
+  local granted
+  granted, at = leased(r)
+  r = decision(r)
+  if granted > 0 then return reply({0, 0, granted, at}, r) end
+else
+  r = inner(ikeys, args(ARGV[2], peek and 'peek' or nil))
+  if r.err then return r end
+  if admits(r) then return reply({0, 0, 0, 0}, r) end
+end
 
 if since == 0 or t - since >= within then
   since, denials = t, 0
 end
 denials = denials + 1
-local head = {0, 0, 0, 0}
+local head = {0, 0, 0, at}
 if denials >= after then
   local b = ban
   for _ = 1, strikes do
@@ -121,7 +180,7 @@ if denials >= after then
   end
   if b > maxban then b = maxban end
   untl, strikes, denials, since = t + b, strikes + 1, 0, 0
-  head = {1, b, 0, 0}
+  head = {1, b, 0, at}
 end
 if not peek then
   local ttl = 0

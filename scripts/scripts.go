@@ -33,7 +33,11 @@
 // it can do so exactly, then takes up to want units by the fair share
 // (algorithm.Leaser), and returns {granted, remaining, retry_after_us,
 // reset_after_us, now}: granted 0 for a denial, now the time it judged at.
-// A script that leases says so with algorithm.Script.Leases.
+// A composite's lease returns {granted, now} and then four integers per
+// member; a penalty box's, {mode, wait_us, granted, now} and then the
+// inner decision's four (or four per member): they are read by the
+// strategy (algorithm.LeaseReplier). A script that leases says so with
+// algorithm.Script.Leases.
 //
 // and returns {allowed (1 or 0), remaining, retry_after_us, reset_after_us}.
 // A composite (algorithm.All, all.lua) takes one key per member and returns

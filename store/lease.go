@@ -43,7 +43,8 @@ func (m *Memory) Lease(_ context.Context, req Request, terms algorithm.LeaseTerm
 }
 
 // Lease runs the strategy's script in its lease mode: one EVALSHA, as
-// Decide.
+// Decide. A composite's or penalty box's reply is read by the strategy
+// (algorithm.LeaseReplier).
 func (r *Redis) Lease(ctx context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
 	if r.closed.Load() {
 		return algorithm.Grant{}, ErrClosed
@@ -55,6 +56,17 @@ func (r *Redis) Lease(ctx context.Context, req Request, terms algorithm.LeaseTer
 	reply, err := r.eval(ctx, req, script, []any{terms.BackAt, terms.Back, terms.Want, "lease"})
 	if err != nil {
 		return algorithm.Grant{}, err
+	}
+	if rp, ok := req.Strategy.(algorithm.LeaseReplier); ok {
+		ints, err := replyInts(reply)
+		if err != nil {
+			return algorithm.Grant{}, err
+		}
+		g, err := rp.LeaseReply(ints, req.N)
+		if err != nil {
+			return algorithm.Grant{}, fmt.Errorf("%w: %w", ErrBadReply, err)
+		}
+		return g, nil
 	}
 	vals, ok := reply.([]any)
 	if !ok || len(vals) != 5 {

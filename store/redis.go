@@ -410,21 +410,30 @@ func parseReply(reply any, limit int64) (algorithm.Decision, error) {
 // parseLongReply reads the reply of a strategy whose script returns more
 // than the calling convention's four integers (algorithm.Replier).
 func parseLongReply(reply any, rp algorithm.Replier, n int64) (algorithm.Decision, error) {
-	vals, ok := reply.([]any)
-	if !ok {
-		return algorithm.Decision{}, fmt.Errorf("%w: %v", ErrBadReply, reply)
-	}
-	ints := make([]int64, len(vals))
-	for i, v := range vals {
-		if ints[i], ok = v.(int64); !ok {
-			return algorithm.Decision{}, fmt.Errorf("%w: element %d is %T", ErrBadReply, i, v)
-		}
+	ints, err := replyInts(reply)
+	if err != nil {
+		return algorithm.Decision{}, err
 	}
 	d, err := rp.Reply(ints, n)
 	if err != nil {
 		return algorithm.Decision{}, fmt.Errorf("%w: %w", ErrBadReply, err)
 	}
 	return d, nil
+}
+
+// replyInts reads a script's reply as a list of integers.
+func replyInts(reply any) ([]int64, error) {
+	vals, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: %v", ErrBadReply, reply)
+	}
+	ints := make([]int64, len(vals))
+	for i, v := range vals {
+		if ints[i], ok = v.(int64); !ok {
+			return nil, fmt.Errorf("%w: element %d is %T", ErrBadReply, i, v)
+		}
+	}
+	return ints, nil
 }
 
 func durationMicros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

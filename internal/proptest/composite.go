@@ -17,10 +17,13 @@ import (
 // AllCase builds a composite (algorithm.All) of 2 or 3 distinct members
 // drawn from the registry by EntryCase: any mix of algorithms, limits and
 // the backend's windows.
-func AllCase(b Backend, r *rand.Rand) StratCase {
-	es := algorithm.Registry()
+func AllCase(b Backend, r *rand.Rand) StratCase { return AllCaseOf(b, r, algorithm.Registry()) }
+
+// AllCaseOf is AllCase with members drawn from es.
+func AllCaseOf(b Backend, r *rand.Rand, es []algorithm.Entry) StratCase {
 	k := 2 + r.Intn(2)
 	var members []algorithm.Strategy
+	var cases []StratCase
 	var descs []string
 	for len(members) < k {
 		c := EntryCase(es[r.Intn(len(es))], b, r)
@@ -28,9 +31,10 @@ func AllCase(b Backend, r *rand.Rand) StratCase {
 			continue // the same rule twice
 		}
 		members = append(members, c.S)
+		cases = append(cases, c)
 		descs = append(descs, c.Desc)
 	}
-	return StratCase{Name: "all", S: algorithm.All(members...), Desc: "All(" + strings.Join(descs, ", ") + ")"}
+	return StratCase{Name: "all", S: algorithm.All(members...), Desc: "All(" + strings.Join(descs, ", ") + ")", Members: cases}
 }
 
 // CheckComposites is CheckEntries for generated composites (AllCase), in a
@@ -61,12 +65,15 @@ func SameResult(a, b fleetlimit.Result) bool {
 // to 3 denials within 1 to 3 windows, a ban of a half to two windows
 // (at least a millisecond), doubling up to 1 to 6 times that (so a
 // doubling can overshoot the cap).
-func PenaltyCase(b Backend, r *rand.Rand) StratCase {
+func PenaltyCase(b Backend, r *rand.Rand) StratCase { return PenaltyCaseOf(b, r, algorithm.Registry()) }
+
+// PenaltyCaseOf is PenaltyCase with the strategy, or the composite's
+// members, drawn from es.
+func PenaltyCaseOf(b Backend, r *rand.Rand, es []algorithm.Entry) StratCase {
 	var inner StratCase
 	if r.Intn(4) == 0 {
-		inner = AllCase(b, r)
+		inner = AllCaseOf(b, r, es)
 	} else {
-		es := algorithm.Registry()
 		inner = EntryCase(es[r.Intn(len(es))], b, r)
 	}
 	w := inner.S.Window()
@@ -78,5 +85,5 @@ func PenaltyCase(b Backend, r *rand.Rand) StratCase {
 		MaxBan: ban * time.Duration(1+r.Intn(6)),
 	}
 	return StratCase{Name: "penalty", S: algorithm.Penalize(inner.S, p),
-		Desc: fmt.Sprintf("Penalize(%s, %+v)", inner.Desc, p)}
+		Desc: fmt.Sprintf("Penalize(%s, %+v)", inner.Desc, p), Inner: &inner}
 }

@@ -81,6 +81,13 @@ func (r *Rig) Reset(key string) error {
 	return nil
 }
 
+// Close closes the rig's limiter at at (Limiter.Close: it hands back its
+// leases).
+func (r *Rig) Close(at time.Time) error {
+	r.clock.Set(at)
+	return r.lim.Close()
+}
+
 // Outcome is a decided event.
 type Outcome struct {
 	Event

@@ -17,6 +17,10 @@ type StratCase struct {
 	// Rate, Per and Burst are set for a token bucket.
 	Rate, Burst int64
 	Per         time.Duration
+	// Members are a composite's (AllCase) members; Inner is the strategy
+	// in a penalty box (PenaltyCase).
+	Members []StratCase
+	Inner   *StratCase
 }
 
 // EntryCase builds a strategy of e through the registry's constructor, with
