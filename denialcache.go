@@ -204,12 +204,13 @@ func aged(res Result, el time.Duration) Result {
 // while a ban holds the key's answers only age (nothing is counted or
 // charged, Remaining is 0, the waits are at least the ban's remaining
 // time). A ban of a composite is not remembered: its members' figures do
-// not merely age.
+// not merely age; nor a ban of a cost that can never pass, whose wait is
+// the inner strategy's window, which does not age either.
 func (c *denialCache) learn(key string, s algorithm.Strategy, n int64, at time.Time, epoch uint64, res Result, ban time.Duration) {
 	horizon := standing(res, n)
 	if dc, ok := s.(algorithm.DenialCounter); ok && dc.CountsDenials() {
 		horizon = 0
-		if ban > 0 && res.limits == nil && !res.Allowed {
+		if ban > 0 && res.limits == nil && !res.Allowed && n <= res.Limit {
 			horizon = min(ban, res.RetryAfter)
 		}
 	}
