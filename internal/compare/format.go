@@ -153,7 +153,7 @@ func (rep *Report) Legend() []string {
 		fmt.Sprintf("ideal: what one exact limiter of limit per %s, shared by the whole fleet, admits from the same traffic.", w),
 		"over: (admitted - ideal) / ideal.",
 		fmt.Sprintf("worst/limit: the most admitted to one user in any %s interval, divided by the limit.", w),
-		"round trips/decision: calls to the shared store (Decide, or Lease: one Redis round trip each) per decision, counted around the real store, for the \"redis\" rows; 1 without leases.",
+		"round trips/decision: calls to the shared store (Decide, or Lease, which hands back and takes a lease in the same script call) per decision, counted around the real store, for the \"redis\" rows: 1 without leases. Decisions here come one at a time, so each call is a round trip of its own (\"many users\": concurrent calls may share one pipeline).",
 		"bytes/key: Redis MEMORY USAGE of about 100 sampled full keys (\"many users\" only).",
 	}
 	if slices.ContainsFunc(rep.Rows, func(r Row) bool { return r.Lease > 0 }) {
