@@ -29,6 +29,18 @@ type guidePage struct {
 	// served from a lease, in process.
 	Leases    *table
 	LocalPath string
+	// Spread is the leases-64 token bucket over 10,000 evenly walked keys
+	// at 64 goroutines, nil when not measured.
+	Spread *leaseSpread
+}
+
+// leaseSpread says how often a key came back over 10,000 keys, and so how
+// much of a lease it spent before the lease aged out.
+type leaseSpread struct {
+	Rate     string  // decisions/s
+	PerKey   float64 // decisions per key per second
+	PerLease float64 // decisions per lease: min(size, PerKey × maxAge)
+	Size     int64
 }
 
 // usersTokenBucket is fleetlimit's token bucket at the fewest and the most
@@ -87,6 +99,12 @@ func (b *bench) guideLeases(p *guidePage) {
 		p.Leases = t
 	}
 	p.LocalPath = b.localPath()
+	if sc := b.scenario("10,000 keys", "64 goroutines"); sc != nil && sc.get("fl-tb-l64") != nil {
+		s := sc.get("fl-tb-l64")
+		perKey := s.rate() / float64(sc.sc.users)
+		p.Spread = &leaseSpread{Rate: fmtRate(s.rate()), PerKey: perKey, Size: s.c.lease,
+			PerLease: min(float64(s.c.lease), perKey*leaseMaxAge.Seconds())}
+	}
 }
 
 func (b *bench) guideGlance(p *guidePage) {
