@@ -225,7 +225,7 @@ func (b *bench) redisTables(p *resultsPage) {
 	}{{"10,000 keys", spread}, {zipfGroup, hot}, {"one hot key", hot}} {
 		g := redisGroup{Name: group.name, Limits: profileDoc[group.prof]}
 		if group.name == zipfGroup {
-			g.Limits = fmt.Sprintf("as for one hot key, per user; users drawn from a Zipf distribution (s = %.1f) over 10,000 users, one fixed sequence for every contender: %s. %s",
+			g.Limits = fmt.Sprintf("users drawn from a Zipf distribution (s = %.1f) over 10,000 users, one fixed sequence for every contender: %s. Per user as for one hot key: %s",
 				zipfS, zipfShares(10_000), g.Limits)
 		}
 		for _, n := range goroutineCounts {
