@@ -19,7 +19,10 @@
 // Scenarios: boundary (limit requests just before a window edge and limit
 // just after), overload (users at 1.5x and 3x their limit), fleet (1, 4 and 16
 // instances behind a round-robin load balancer) and many-users (10,000 users
-// at the limit, for Redis memory per key). Time is virtual, so minutes of
+// at the limit, for Redis memory per key). Overload and fleet also run every
+// strategy that can lease with fleetlimit.WithLeases (-leases, default
+// sizes 8 and 64) over the shared Redis, one Limiter per instance, and count
+// the round trips per decision. Time is virtual, so minutes of
 // traffic take seconds. Against a real Redis, the run writes keys under
 // "fleetlimit-compare:" and removes them after each row (an interrupted run
 // leaves them to expire within a window); INFO deltas assume that nothing
@@ -67,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 		limit     = fs.Int64("limit", 100, "limit per window for every algorithm")
 		window    = fs.Duration("window", time.Minute, "window of the limit (1s to 24h)")
 		instances = fs.String("instances", "1,4,16", "fleet sizes, comma-separated")
+		leaseList = fs.String("leases", "8,64", "lease sizes (WithLeases) of the extra overload and fleet rows for every strategy that can lease, comma-separated, or none")
+		leaseAge  = fs.Duration("lease-max-age", 0, "maxAge of those leases (default: the window)")
 		scenarios = fs.String("scenarios", strings.Join(compare.Scenarios, ","), "scenarios to run, comma-separated")
 		progress  = fs.String("progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on, off")
 	)
@@ -112,6 +117,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 	if err != nil {
 		return usage("-instances: %v", err)
 	}
+	leaseSizes := []int64{} // none
+	if strings.TrimSpace(*leaseList) != "none" {
+		ns, err := parseInts(*leaseList)
+		if err != nil {
+			return usage("-leases: %v (or none)", err)
+		}
+		for _, n := range ns {
+			leaseSizes = append(leaseSizes, int64(n))
+		}
+	}
 	showProgress := false
 	switch *progress {
 	case "auto":
@@ -153,6 +168,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 		Users:     *users,
 		Instances: sizes,
 		Scenarios: names,
+		// Run refuses a lease size below 1 and a max age below the
+		// shortest window; a max age of 0 is the default.
+		LeaseSizes:  leaseSizes,
+		LeaseMaxAge: *leaseAge,
 	}
 	var line progressLine
 	if showProgress {

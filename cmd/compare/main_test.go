@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
@@ -43,6 +44,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-scenarios", " , "}, "-scenarios is empty"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"-nope"}, "flag provided but not defined"},
+		{[]string{"-leases", "8,x"}, `-leases: "x" is not an integer`},
+		{[]string{"-leases", "0", "-scenarios", "fleet"}, "lease size 0"},
+		{[]string{"-lease-max-age", "-1s", "-scenarios", "fleet"}, "lease max age -1s"},
 	} {
 		code, stdout, stderr := runCmd(t, false, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.want) || stdout != "" {
@@ -91,8 +95,14 @@ func TestSmallRun(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, stdout)
 	}
-	// Every algorithm x two stores x (boundary + two fleet sizes).
+	// Every algorithm x two stores x (boundary + two fleet sizes), and
+	// every strategy that can lease x two lease sizes x two fleet sizes.
 	rows := len(algorithm.Registry()) * 2 * 3
+	for _, e := range algorithm.Registry() {
+		if sc := e.New(5, time.Minute).Script(); sc != nil && sc.Leases {
+			rows += 2 * 2
+		}
+	}
 	if rep.Limit != 5 || len(rep.Rows) != rows {
 		t.Fatalf("limit %d, %d rows", rep.Limit, len(rep.Rows))
 	}
@@ -108,5 +118,24 @@ func TestSmallRun(t *testing.T) {
 	code, stdout, stderr = runCmd(t, false, "-limit", "5", "-scenarios", "boundary")
 	if code != 0 || stderr != "" || !strings.Contains(stdout, "boundary burst") {
 		t.Errorf("exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
+	}
+	// -leases none leaves the lease rows out; sizes of one's own are labelled.
+	for _, c := range []struct {
+		leases string
+		want   []string
+		not    string
+	}{
+		{"none", []string{"token_bucket "}, "leases of"},
+		{"3", []string{"token_bucket, leases of 3", "fixed_window, leases of 3", "round trips/decision"}, "leases of 8"},
+	} {
+		code, stdout, stderr = runCmd(t, false, "-limit", "5", "-instances", "2", "-scenarios", "fleet", "-leases", c.leases)
+		if code != 0 || strings.Contains(stdout, c.not) {
+			t.Errorf("-leases %s: exit %d, stderr %q, stdout:\n%s", c.leases, code, stderr, stdout)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stdout, w) {
+				t.Errorf("-leases %s: no %q in\n%s", c.leases, w, stdout)
+			}
+		}
 	}
 }

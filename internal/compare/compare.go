@@ -1,7 +1,9 @@
 // Package compare measures the trade every fleetlimit algorithm makes
 // between accuracy, Redis memory and Redis load, by running the same traffic
 // through every registered strategy (algorithm.Registry) over a shared Redis
-// and over per-process memory stores.
+// and over per-process memory stores, and, for every strategy that can lease
+// (its Script sets Leases), with fleetlimit.WithLeases over the shared Redis:
+// what leases cost in accuracy and save in round trips.
 //
 // Time is virtual: every limiter reads a simulated clock
 // (fleetlimit.WithClock), so ten simulated minutes take seconds. The clock
@@ -100,6 +102,15 @@ type Config struct {
 	// Workers is the number of concurrent clients in the many-users
 	// scenario. Default 8.
 	Workers int
+	// LeaseSizes are the lease sizes (fleetlimit.WithLeases) of the extra
+	// rows the overload and fleet scenarios get over the shared Redis, for
+	// every algorithm whose strategy can lease. nil means the default, 8 and
+	// 64; empty (not nil) means no lease rows. Each from 1 to MaxLimit.
+	LeaseSizes []int64
+	// LeaseMaxAge is the leases' maxAge. Default Window: a lease ends when
+	// it is spent rather than when it ages, so that the rows show what the
+	// size saves; a shorter maxAge ends leases early and adds round trips.
+	LeaseMaxAge time.Duration
 	// Progress, if set, is called as the run advances (from one goroutine
 	// at a time, possibly often: throttle before printing).
 	Progress func(Progress)
@@ -119,9 +130,13 @@ type Report struct {
 	Limit    int64         `json:"limit"`
 	Window   time.Duration `json:"-"`
 	WindowMS int64         `json:"window_ms"`
-	Rows     []Row         `json:"rows"`
+	// LeaseMaxAge is Config.LeaseMaxAge, the maxAge of the lease rows.
+	LeaseMaxAge   time.Duration `json:"-"`
+	LeaseMaxAgeMS int64         `json:"lease_max_age_ms"`
+	Rows          []Row         `json:"rows"`
 	// Series are the admissions of user 0 in the charted jobs (boundary
-	// burst and fleet), for Chart.
+	// burst and fleet) and in every job with leases, for Chart (which
+	// draws the exact limiters only) and for tests of the lease bound.
 	Series  []Series      `json:"-"`
 	Elapsed time.Duration `json:"-"`
 	// Projection is Projections(), for JSON.
@@ -135,9 +150,13 @@ type Row struct {
 	Scenario  string `json:"scenario"`
 	Algorithm string `json:"algorithm"`
 	Store     string `json:"store"`
-	Instances int    `json:"instances"`
-	Users     int    `json:"users"`
-	Limit     int64  `json:"limit"`
+	// Lease is the lease size each instance's limiter was built with
+	// (fleetlimit.WithLeases), or 0 for an exact limiter: a round trip per
+	// decision.
+	Lease     int64 `json:"lease_size,omitempty"`
+	Instances int   `json:"instances"`
+	Users     int   `json:"users"`
+	Limit     int64 `json:"limit"`
 	// Decisions is the number of AllowN calls made.
 	Decisions int64 `json:"decisions"`
 	Sent      int64 `json:"sent"`
@@ -153,6 +172,15 @@ type Row struct {
 	// WorstWindow is the most admitted to one user in any interval of one
 	// window's length, divided by Limit.
 	WorstWindow float64 `json:"worst_window_ratio"`
+	// StoreCalls counts the calls the instances' limiters made to their
+	// stores while deciding (store.Store.Decide and store.Leaser.Lease,
+	// counted by a wrapper around the real store), for "redis" rows; the
+	// hand-backs of Limiter.Close after the traffic are not counted. Each
+	// call is one Redis round trip.
+	StoreCalls int64 `json:"store_calls,omitempty"`
+	// RoundTrips is StoreCalls / Decisions: 1 for an exact limiter, less
+	// with leases. nil for "memory" rows.
+	RoundTrips *float64 `json:"round_trips_per_decision"`
 
 	// The rest is measured on a real Redis only (MemoryUsage: or
 	// estimated), for "redis" rows: nil elsewhere (NotMeasured says why).
@@ -188,6 +216,7 @@ type Row struct {
 type Series struct {
 	Scenario  string
 	Algorithm string
+	Lease     int64 // Row.Lease
 	Store     string
 	Instances int
 	Limit     int64
@@ -231,6 +260,12 @@ func (c *Config) setDefaults() {
 	if c.Workers == 0 {
 		c.Workers = 8
 	}
+	if c.LeaseSizes == nil {
+		c.LeaseSizes = []int64{8, 64}
+	}
+	if c.LeaseMaxAge == 0 {
+		c.LeaseMaxAge = c.Window
+	}
 }
 
 // ErrConfig is wrapped by every error about a bad Config.
@@ -271,6 +306,14 @@ func (c *Config) validate() error {
 			bad("%d users at a limit of %d would hold %d units (the sliding log keeps one entry per unit), want at most %d: lower the users or the limit", c.usersAt(l), l, units, MaxUnits)
 		}
 	}
+	for _, n := range c.LeaseSizes {
+		if n < 1 || n > MaxLimit {
+			bad("lease size %d, want 1 to %d", n, MaxLimit)
+		}
+	}
+	if c.LeaseMaxAge < algorithm.MinWindow {
+		bad("lease max age %v, want at least %v", c.LeaseMaxAge, algorithm.MinWindow)
+	}
 	for _, k := range c.Instances {
 		if k < 1 || k > MaxInstances {
 			bad("fleet of %d instances, want 1 to %d", k, MaxInstances)
@@ -288,6 +331,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
 	}
 	return nil
+}
+
+// leases reports whether s can lease (fleetlimit.WithLeases accepts it):
+// its Script says so. The lease rows appear for every such strategy.
+func leases(s algorithm.Strategy) bool {
+	_, ok := s.(algorithm.Leaser)
+	sc := s.Script()
+	return ok && sc != nil && sc.Leases
 }
 
 // usersAt is the number of users in the many-users scenario at limit l.
@@ -321,6 +372,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			for _, st := range p.stores {
 				jobs = append(jobs, job{plan: p, entry: e, store: st})
 			}
+			if !p.leases || !leases(e.New(p.limit, cfg.Window)) {
+				continue
+			}
+			for _, n := range cfg.LeaseSizes {
+				jobs = append(jobs, job{plan: p, entry: e, store: StoreRedis, lease: n})
+			}
 		}
 	}
 	id := make([]byte, 4)
@@ -329,6 +386,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{
 		Server: cfg.Server.String(), Embedded: cfg.Server.Embedded(),
 		Limit: cfg.Limit, Window: cfg.Window, WindowMS: cfg.Window.Milliseconds(),
+		LeaseMaxAge: cfg.LeaseMaxAge, LeaseMaxAgeMS: cfg.LeaseMaxAge.Milliseconds(),
 	}
 	for i, j := range jobs {
 		j.index, j.jobs = i+1, len(jobs)

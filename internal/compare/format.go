@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,7 +53,7 @@ func rawOptional(v *float64) string {
 
 var columns = []column{
 	{head: "scenario", text: func(_ Report, r Row) string { return r.Scenario }, raw: func(r Row) string { return r.Scenario }},
-	{head: "algorithm", text: func(_ Report, r Row) string { return r.Algorithm }, raw: func(r Row) string { return r.Algorithm }},
+	{head: "algorithm", text: func(_ Report, r Row) string { return algorithmLabel(r.Algorithm, r.Lease) }, raw: func(r Row) string { return r.Algorithm }},
 	{head: "store", text: func(_ Report, r Row) string { return r.Store }, raw: func(r Row) string { return r.Store }},
 	{head: "inst", csv: "instances", right: true, text: func(_ Report, r Row) string { return strconv.Itoa(r.Instances) }, raw: func(r Row) string { return strconv.Itoa(r.Instances) }},
 	{head: "users", right: true, text: func(_ Report, r Row) string { return thousands(int64(r.Users)) }, raw: func(r Row) string { return strconv.Itoa(r.Users) }},
@@ -62,6 +63,9 @@ var columns = []column{
 	{head: "ideal", csv: "ideal_units", right: true, text: func(_ Report, r Row) string { return thousands(r.Ideal) }, raw: func(r Row) string { return strconv.FormatInt(r.Ideal, 10) }},
 	{head: "over", csv: "over_admission_pct", right: true, text: func(_ Report, r Row) string { return fmt.Sprintf("%+.1f%%", r.OverAdmission) }, raw: func(r Row) string { return strconv.FormatFloat(r.OverAdmission, 'f', 2, 64) }},
 	{head: "worst/limit", csv: "worst_window_ratio", right: true, text: func(_ Report, r Row) string { return fmt.Sprintf("%.2f×", r.WorstWindow) }, raw: func(r Row) string { return strconv.FormatFloat(r.WorstWindow, 'f', 4, 64) }},
+	{head: "round trips/decision", csv: "round_trips_per_decision", right: true, text: func(_ Report, r Row) string {
+		return optional(r.RoundTrips, func(v float64) string { return fmt.Sprintf("%.3f", v) }, false)
+	}, raw: func(r Row) string { return rawOptional(r.RoundTrips) }},
 	{head: "bytes/key", csv: "memory_usage_bytes_per_key", right: true, text: func(rep Report, r Row) string {
 		if r.MemoryEstimated && r.MemoryUsage != nil {
 			return formatBytes(*r.MemoryUsage) + " est."
@@ -149,7 +153,11 @@ func (rep *Report) Legend() []string {
 		fmt.Sprintf("ideal: what one exact limiter of limit per %s, shared by the whole fleet, admits from the same traffic.", w),
 		"over: (admitted - ideal) / ideal.",
 		fmt.Sprintf("worst/limit: the most admitted to one user in any %s interval, divided by the limit.", w),
+		"round trips/decision: calls to the shared store (Decide, or Lease, which hands back and takes a lease in the same script call) per decision, counted around the real store, for the \"redis\" rows: 1 without leases. Decisions here come one at a time, so each call is a round trip of its own (\"many users\": concurrent calls may share one pipeline).",
 		"bytes/key: Redis MEMORY USAGE of about 100 sampled full keys (\"many users\" only).",
+	}
+	if slices.ContainsFunc(rep.Rows, func(r Row) bool { return r.Lease > 0 }) {
+		lines = append(lines, fmt.Sprintf("leases of N: each instance is a Limiter of its own built with WithLeases(N, %s): it takes up to N units (never more than half of what the key has left) in one round trip and admits from them in process; its bound is in docs/guarantees.md.", window(rep.LeaseMaxAge)))
 	}
 	if rep.Embedded {
 		lines = append(lines,
@@ -320,7 +328,7 @@ func (rep *Report) writeCSV(w io.Writer) error {
 		}
 		head = append(head, h)
 	}
-	head = append(head, "memory_estimated", "decisions", "one_instance_units", "not_measured")
+	head = append(head, "memory_estimated", "decisions", "one_instance_units", "not_measured", "lease_size", "store_calls")
 	if err := cw.Write(head); err != nil {
 		return err
 	}
@@ -329,7 +337,8 @@ func (rep *Report) writeCSV(w io.Writer) error {
 		for _, c := range columns {
 			line = append(line, c.raw(r))
 		}
-		line = append(line, strconv.FormatBool(r.MemoryEstimated), strconv.FormatInt(r.Decisions, 10), strconv.FormatInt(r.OneInstance, 10), r.NotMeasured)
+		line = append(line, strconv.FormatBool(r.MemoryEstimated), strconv.FormatInt(r.Decisions, 10), strconv.FormatInt(r.OneInstance, 10), r.NotMeasured,
+			strconv.FormatInt(r.Lease, 10), strconv.FormatInt(r.StoreCalls, 10))
 		if err := cw.Write(line); err != nil {
 			return err
 		}

@@ -136,7 +136,7 @@ func TestCSVAndJSON(t *testing.T) {
 		col[h] = i
 	}
 	// Every measured column names its unit.
-	for _, h := range []string{"over_admission_pct", "worst_window_ratio", "memory_usage_bytes_per_key", "used_memory_bytes_per_key", "latency_p50_us", "latency_p99_us", "memory_estimated"} {
+	for _, h := range []string{"over_admission_pct", "worst_window_ratio", "round_trips_per_decision", "memory_usage_bytes_per_key", "used_memory_bytes_per_key", "latency_p50_us", "latency_p99_us", "memory_estimated", "lease_size", "store_calls"} {
 		if _, ok := col[h]; !ok {
 			t.Errorf("no CSV column %s in %v", h, records[0])
 		}
@@ -188,7 +188,11 @@ func TestEstimatedMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := records[3]; r[len(r)-4] != "true" {
+	col := map[string]int{}
+	for i, h := range records[0] {
+		col[h] = i
+	}
+	if r := records[3]; r[col["memory_estimated"]] != "true" {
 		t.Errorf("CSV row %v does not say estimated", r)
 	}
 	var decoded struct{ Projection []Projection }

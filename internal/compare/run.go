@@ -19,11 +19,20 @@ type job struct {
 	plan        plan
 	entry       algorithm.Entry
 	store       string
+	lease       int64 // fleetlimit.WithLeases size; 0 for none
 	index, jobs int
 }
 
 func (j job) label() string {
-	return fmt.Sprintf("%s, %s, %s x%d", j.plan.name, j.entry.Name, j.store, j.plan.instances)
+	return fmt.Sprintf("%s, %s, %s x%d", j.plan.name, algorithmLabel(j.entry.Name, j.lease), j.store, j.plan.instances)
+}
+
+// algorithmLabel names an algorithm with its lease size, if any.
+func algorithmLabel(name string, lease int64) string {
+	if lease == 0 {
+		return name
+	}
+	return fmt.Sprintf("%s, leases of %d", name, lease)
 }
 
 type runner struct {
@@ -51,9 +60,10 @@ func userKey(u int) string { return fmt.Sprintf("user-%07d", u) }
 
 // outcome is what one job's traffic produced.
 type outcome struct {
-	admitted  []Event // sorted by time, At on the relative axis
-	latencies []time.Duration
-	memory    []float64 // MEMORY USAGE (or its estimate) of sampled keys
+	admitted   []Event // sorted by time, At on the relative axis
+	latencies  []time.Duration
+	memory     []float64 // MEMORY USAGE (or its estimate) of sampled keys
+	storeCalls int64     // calls to the counted stores while deciding
 }
 
 // run runs one job and measures it.
@@ -88,9 +98,12 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 	stores, closeStores := r.stores(j)
 	defer closeStores()
 	newLimiter := func(st store.Store, clock *vclock) (*fleetlimit.Limiter, error) {
-		return fleetlimit.New(strat, st,
-			fleetlimit.WithClock(clock.now), fleetlimit.WithKeyPrefix(prefix),
-			fleetlimit.WithTimeout(decisionTimeout), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
+		opts := []fleetlimit.Option{fleetlimit.WithClock(clock.now), fleetlimit.WithKeyPrefix(prefix),
+			fleetlimit.WithTimeout(decisionTimeout), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed)}
+		if j.lease > 0 {
+			opts = append(opts, fleetlimit.WithLeases(j.lease, r.cfg.LeaseMaxAge))
+		}
+		return fleetlimit.New(strat, st, opts...)
 	}
 
 	var before, after snapshot
@@ -151,10 +164,17 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 	if row.MemoryUsage != nil {
 		row.KeyBytes = len(store.RedisKey(prefix, userKey(0), strat.Script().Tag))
 	}
+	if j.store == StoreRedis {
+		row.StoreCalls = out.storeCalls
+		if row.Decisions > 0 {
+			rt := float64(out.storeCalls) / float64(row.Decisions)
+			row.RoundTrips = &rt
+		}
+	}
 	var series *Series
-	if p.chart {
+	if p.chart || j.lease > 0 {
 		series = &Series{
-			Scenario: p.name, Algorithm: j.entry.Name, Store: j.store, Instances: p.instances,
+			Scenario: p.name, Algorithm: j.entry.Name, Lease: j.lease, Store: j.store, Instances: p.instances,
 			Limit: p.limit, Admitted: ofUser(out.admitted, 0), From: p.from, To: p.to,
 		}
 	}
@@ -162,7 +182,8 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 }
 
 // stores returns the job's stores, one per instance: the same Redis through
-// a client of its own per instance, or a Memory each.
+// a client of its own per instance, each wrapped in a countingStore, or a
+// Memory each.
 func (r *runner) stores(j job) ([]store.Store, func()) {
 	k := j.plan.instances
 	stores := make([]store.Store, k)
@@ -175,7 +196,7 @@ func (r *runner) stores(j job) ([]store.Store, func()) {
 			if err != nil {
 				panic(err) // the tool's own clients have ContextTimeoutEnabled
 			}
-			stores[i] = st
+			stores[i] = newCountingStore(st)
 		} else {
 			// The sweeper drops idle keys on real time; a day keeps it out
 			// of the run's way.
@@ -227,7 +248,25 @@ func (r *runner) runInOrder(ctx context.Context, j job, stores []store.Store,
 			r.progress(j, i, len(traffic))
 		}
 	}
+	out.storeCalls = countCalls(stores)
+	// Hand back what the leases hold, as a fleet shutting down would.
+	for _, l := range lims {
+		if err := l.Close(); err != nil {
+			return outcome{}, err
+		}
+	}
 	return out, nil
+}
+
+// countCalls adds up the calls counted by the countingStores among stores.
+func countCalls(stores []store.Store) int64 {
+	var n int64
+	for _, st := range stores {
+		if c, ok := st.(*countingStore); ok {
+			n += c.calls.Load()
+		}
+	}
+	return n
 }
 
 // runParallel sends each user's requests in order on one of Config.Workers
@@ -318,6 +357,7 @@ func (r *runner) runParallel(ctx context.Context, j job, st store.Store,
 	if len(errs) > 0 {
 		return outcome{}, errors.Join(errs...)
 	}
+	out.storeCalls = countCalls([]store.Store{st})
 	slices.SortFunc(out.admitted, func(a, b Event) int {
 		if a.At != b.At {
 			return compareInt(a.At, b.At)
@@ -348,7 +388,7 @@ func (r *runner) row(j job, strat algorithm.Strategy, origin int64, out outcome)
 	p := j.plan
 	w := r.cfg.Window.Microseconds()
 	row := Row{
-		Scenario: p.name, Algorithm: j.entry.Name, Store: j.store, Instances: p.instances,
+		Scenario: p.name, Algorithm: j.entry.Name, Store: j.store, Lease: j.lease, Instances: p.instances,
 		Users: p.users, Limit: p.limit, Decisions: int64(len(p.traffic)),
 		Ideal: idealAdmitted(p.traffic, p.limit, w),
 	}

@@ -38,26 +38,56 @@ func TestRunEmbedded(t *testing.T) {
 	t.Run("every registered algorithm appears in every scenario, once", func(t *testing.T) {
 		type id struct {
 			scenario, algorithm, store string
+			lease                      int64
 			instances                  int
 			limit                      int64
 		}
 		seen := map[id]bool{}
 		for _, r := range rep.Rows {
-			k := id{r.Scenario, r.Algorithm, r.Store, r.Instances, r.Limit}
+			k := id{r.Scenario, r.Algorithm, r.Store, r.Lease, r.Instances, r.Limit}
 			if seen[k] {
 				t.Errorf("two rows for %+v", k)
 			}
 			seen[k] = true
 		}
 		for _, e := range algorithm.Registry() {
-			for _, k := range []id{
-				{"boundary burst", e.Name, StoreRedis, 1, 10},
-				{"overload 3x", e.Name, StoreMemory, 1, 10},
-				{manyUsersName, e.Name, StoreRedis, 1, 100},
-			} {
+			want := []id{
+				{"boundary burst", e.Name, StoreRedis, 0, 1, 10},
+				{"overload 3x", e.Name, StoreMemory, 0, 1, 10},
+				{manyUsersName, e.Name, StoreRedis, 0, 1, 100},
+			}
+			// Every strategy that can lease gets lease rows over the shared
+			// Redis in the overload and fleet scenarios; no other does.
+			for _, n := range []int64{8, 64} {
+				for _, k := range []id{{"overload 1.5x", e.Name, StoreRedis, n, 1, 10}, {"fleet", e.Name, StoreRedis, n, 16, 10}} {
+					if leases(e.New(10, time.Minute)) {
+						want = append(want, k)
+					} else if seen[k] {
+						t.Errorf("row %+v for a strategy that cannot lease", k)
+					}
+				}
+				if k := (id{"boundary burst", e.Name, StoreRedis, n, 1, 10}); seen[k] {
+					t.Errorf("row %+v: the boundary burst has no lease rows", k)
+				}
+			}
+			for _, k := range want {
 				if !seen[k] {
 					t.Errorf("no row for %+v", k)
 				}
+			}
+		}
+	})
+
+	t.Run("round trips are counted on the shared store only", func(t *testing.T) {
+		for _, r := range rep.Rows {
+			if r.Store == StoreMemory {
+				if r.RoundTrips != nil || r.StoreCalls != 0 {
+					t.Errorf("%s %s x%d memory: round trips %v, store calls %d", r.Scenario, r.Algorithm, r.Instances, r.RoundTrips, r.StoreCalls)
+				}
+				continue
+			}
+			if r.RoundTrips == nil || *r.RoundTrips != float64(r.StoreCalls)/float64(r.Decisions) {
+				t.Errorf("%s %s x%d: round trips %v, %d calls for %d decisions", r.Scenario, r.Algorithm, r.Instances, r.RoundTrips, r.StoreCalls, r.Decisions)
 			}
 		}
 	})
@@ -93,8 +123,9 @@ func TestRunRealRedis(t *testing.T) {
 			}
 			// Other tests share the server, so commandstats can only
 			// over-count: every decision is an EVALSHA plus at least one
-			// command inside its script.
-			if r.Commands == nil || *r.Commands < 2 || r.LatencyP50 == nil || *r.LatencyP50 <= 0 || *r.LatencyP99 < *r.LatencyP50 {
+			// command inside its script (with leases, only the decisions
+			// that take a round trip).
+			if r.Commands == nil || r.Lease == 0 && *r.Commands < 2 || r.LatencyP50 == nil || *r.LatencyP50 <= 0 || *r.LatencyP99 < *r.LatencyP50 {
 				t.Errorf("%s %s x%d: commands %v, p50 %v, p99 %v", r.Scenario, r.Algorithm, r.Instances, r.Commands, r.LatencyP50, r.LatencyP99)
 			}
 		}

@@ -21,6 +21,9 @@ type plan struct {
 	// chart keeps user 0's admissions, to draw [from, to).
 	chart    bool
 	from, to int64
+	// leases adds rows with fleetlimit.WithLeases over the shared Redis
+	// (Config.LeaseSizes) for every strategy that can lease.
+	leases bool
 }
 
 // maxEvents bounds the decisions a run plans, so that a typo in a flag
@@ -91,7 +94,7 @@ func overloadPlan(limit, w, num, den int64, users, windows int, stores []string)
 	evs, err := steady(name, start, end, w*den, num*limit*int64(users), users)
 	return plan{
 		name: name, limit: limit, users: users, instances: 1, stores: stores,
-		traffic: evs,
+		traffic: evs, leases: true,
 	}, err
 }
 
@@ -105,7 +108,7 @@ func fleetPlan(limit, w int64, k, users, windows int, stores []string) (plan, er
 	evs, err := steady("fleet", start, end, 4*w, 5*int64(k)*limit*int64(users), users)
 	return plan{
 		name: "fleet", limit: limit, users: users, instances: k, stores: stores,
-		traffic: evs, chart: true, from: start - w/6, to: end,
+		traffic: evs, chart: true, from: start - w/6, to: end, leases: true,
 	}, err
 }
 

@@ -93,6 +93,9 @@ func (rep *Report) panels() []panel {
 	fleet := map[int]map[string][]Series{}
 	for _, s := range rep.Series {
 		switch {
+		case s.Lease > 0:
+			// The table shows the lease rows; the chart stays with the
+			// algorithms themselves.
 		case s.Scenario == "boundary burst" && s.Store == StoreRedis:
 			boundary = append(boundary, s)
 		case s.Scenario == "fleet":

@@ -30,6 +30,9 @@ func (rep *Report) tradeoff() []tradeoffPoint {
 	worst := map[string]float64{}
 	mem := map[string]*tradeoffPoint{}
 	for _, r := range rep.Rows {
+		if r.Lease > 0 {
+			continue // the algorithms themselves; leases trade accuracy for round trips
+		}
 		if !slices.Contains(order, r.Algorithm) {
 			order = append(order, r.Algorithm)
 		}

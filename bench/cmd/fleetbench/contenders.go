@@ -28,7 +28,7 @@ type profile int
 
 const (
 	spread profile = iota // 10,000 users, throughput
-	hot                   // one user, throughput
+	hot                   // one user, or 10,000 drawn from a Zipf distribution: throughput
 	mem                   // 10,000 users, one decision each, memory
 	users                 // 1 to 100,000 users, throughput; keys must outlive the sweep
 )
@@ -36,10 +36,16 @@ const (
 // profileDoc says, for RESULTS.md, what limits each profile runs with.
 var profileDoc = map[profile]string{
 	spread: "100 per 10 seconds per user: sliding log 100/10s, token bucket 100 per 10s burst 100, fixed window 100/10s; redis_rate and throttled 100 per 10s burst 100; ulule 100/10s. Interleaving gives each contender about a third of any 10 s, so even 100k decisions/s in its cells stays near 10 per user in a window: nothing is denied, and the windowed keys (sliding log, fixed windows) live from one round to the next, holding a few requests each. A token bucket's or GCRA's key expires as soon as the bucket is full again, so at these rates most of their decisions find no key, as they would in production.",
-	hot:    "one user with room for about a million per second: sliding log 100,000/100ms, token bucket 10^6/s burst 10^6, fixed window 10^7/1s; redis_rate and throttled 10^6/s burst 10^6; ulule 10^7/1s.",
+	hot:    "room for about a million per second per user: sliding log 100,000/100ms, token bucket 10^6/s burst 10^6, fixed window 10^7/1s; redis_rate and throttled 10^6/s burst 10^6; ulule 10^7/1s. " + leasedDoc,
 	mem:    "100 per hour (fixed window: 100 per minute, started clear of a minute boundary), one decision per user, so every key lives through the measurement.",
 	users:  "token bucket 100/hour burst 10^6 (redis_rate alike), fixed window 10^9/240h, ulule 10^9/1h: keys outlive the sweep and nothing is denied.",
 }
+
+// leaseMaxAge is the maxAge of the leased contenders' leases.
+const leaseMaxAge = time.Second
+
+// leasedDoc says, for RESULTS.md, what limits the leased contenders run with.
+var leasedDoc = fmt.Sprintf("The leased contenders (WithLeases(size, %v)) run with these limits in every scenario, the 10,000-key one included: a lease admits up to size decisions per round trip, so at 100 per 10 s they would run out and be denied; a token bucket's lease takes at most half of what the key has left, which at 10^6 is always the full size.", leaseMaxAge)
 
 // decideFunc makes one decision for key: whether it was admitted, and the
 // library's error.
@@ -62,6 +68,9 @@ type contender struct {
 	// decider returns the decision function for a profile, or nil when the
 	// contender does not take part in it.
 	decider func(p profile) (decideFunc, error)
+	// lease is the WithLeases size, or 0: a leased contender takes part in
+	// the throughput scenarios only (its keys' memory is its exact twin's).
+	lease   int64
 	closers []func() error
 }
 
@@ -105,21 +114,30 @@ func paddedKey(code string, letter byte, width, i int) string {
 
 func newContenders(addr string) ([]*contender, error) {
 	var cs []*contender
-	fl := func(name, id, code string, strategy func(profile) algorithm.Strategy, opts ...fleetlimit.Option) {
+	fl := func(name, id, code string, lease int64, strategy func(profile) algorithm.Strategy, opts ...fleetlimit.Option) {
 		c, rt := newClient(addr)
 		// Every other contender is bounded only by go-redis's read timeout
 		// (5 s by default); fleetlimit gets the same bound instead of its
 		// 100 ms default, so that a machine stalled by other work does not
 		// turn into fleetlimit errors alone. The work per decision is the same.
-		opts = append([]fleetlimit.Option{fleetlimit.WithTimeout(c.Options().ReadTimeout)}, opts...)
-		st, err := store.NewRedis(c)
-		if err != nil {
-			panic(err) // newClient enables ContextTimeoutEnabled
-		}
+		//
+		// WithKeyPrefix keeps every key under DefaultKeyPrefix alone (a
+		// limiter's default prefix adds its name, or a digest of its
+		// strategy's parameters), so that keys are keyLen bytes and found
+		// under fullKey's names. Each profile's limiter has a store of its
+		// own over the contender's client: New refuses two strategies of
+		// one algorithm with different parameters under one prefix of one
+		// store, and the profiles' key sets never overlap.
+		opts = append([]fleetlimit.Option{fleetlimit.WithTimeout(c.Options().ReadTimeout),
+			fleetlimit.WithKeyPrefix(fleetlimit.DefaultKeyPrefix)}, opts...)
+		var stores []store.Store
 		tag := strategy(spread).Script().Tag
 		overhead := len(store.RedisKey(fleetlimit.DefaultKeyPrefix, "", tag))
+		if lease > 0 {
+			opts = append(opts, fleetlimit.WithLeases(lease, leaseMaxAge))
+		}
 		cs = append(cs, &contender{
-			name: name, id: id, code: code, client: c, rt: rt,
+			name: name, id: id, code: code, client: c, rt: rt, lease: lease,
 			userKey: func(letter byte, i int) string { return paddedKey(code, letter, keyLen-overhead, i) },
 			fullKey: func(user string) string { return store.RedisKey(fleetlimit.DefaultKeyPrefix, user, tag) },
 			decider: func(p profile) (decideFunc, error) {
@@ -127,6 +145,11 @@ func newContenders(addr string) ([]*contender, error) {
 				if s == nil {
 					return nil, nil
 				}
+				st, err := store.NewRedis(c)
+				if err != nil {
+					panic(err) // newClient enables ContextTimeoutEnabled
+				}
+				stores = append(stores, st)
 				lim, err := fleetlimit.New(s, st, opts...)
 				if err != nil {
 					return nil, err
@@ -136,10 +159,15 @@ func newContenders(addr string) ([]*contender, error) {
 					return res.Allowed, err
 				}, nil
 			},
-			closers: []func() error{st.Close, c.Close},
+			closers: []func() error{func() error {
+				for _, st := range stores {
+					_ = st.Close()
+				}
+				return nil
+			}, c.Close},
 		})
 	}
-	fl("fleetlimit sliding log", "fl-sl", "sl", func(p profile) algorithm.Strategy {
+	fl("fleetlimit sliding log", "fl-sl", "sl", 0, func(p profile) algorithm.Strategy {
 		switch p {
 		case spread:
 			return algorithm.SlidingWindowLog(100, 10*time.Second)
@@ -161,9 +189,9 @@ func newContenders(addr string) ([]*contender, error) {
 		}
 		return algorithm.TokenBucket(100, time.Hour, 1_000_000)
 	}
-	fl("fleetlimit token bucket", "fl-tb", "tb", tb)
-	fl("fleetlimit token bucket, WithClock", "fl-tbc", "tc", tb, fleetlimit.WithClock(time.Now))
-	fl("fleetlimit fixed window", "fl-fw", "fw", func(p profile) algorithm.Strategy {
+	fl("fleetlimit token bucket", "fl-tb", "tb", 0, tb)
+	fl("fleetlimit token bucket, WithClock", "fl-tbc", "tc", 0, tb, fleetlimit.WithClock(time.Now))
+	fl("fleetlimit fixed window", "fl-fw", "fw", 0, func(p profile) algorithm.Strategy {
 		switch p {
 		case spread:
 			return algorithm.FixedWindow(100, 10*time.Second)
@@ -174,6 +202,21 @@ func newContenders(addr string) ([]*contender, error) {
 		}
 		return algorithm.FixedWindow(1_000_000_000, 240*time.Hour)
 	})
+	// Leased contenders: the hot profile's limits wherever they take part
+	// (leasedDoc says why).
+	leased := func(s algorithm.Strategy) func(profile) algorithm.Strategy {
+		return func(p profile) algorithm.Strategy {
+			if p == spread || p == hot {
+				return s
+			}
+			return nil
+		}
+	}
+	for _, n := range leaseSizes {
+		fl(fmt.Sprintf("fleetlimit token bucket, leases %d", n), fmt.Sprintf("fl-tb-l%d", n), fmt.Sprintf("t%d", n%10), n,
+			leased(algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)))
+	}
+	fl("fleetlimit fixed window, leases 64", "fl-fw-l64", "f4", 64, leased(algorithm.FixedWindow(10_000_000, time.Second)))
 
 	{ // go-redis/redis_rate: GCRA in one EVALSHA; keys are "rate:" + key.
 		c, rt := newClient(addr)
@@ -280,6 +323,10 @@ func newContenders(addr string) ([]*contender, error) {
 	}
 	return cs, nil
 }
+
+// leaseSizes are the token bucket's leased contenders: 32 is issue 14's
+// round-trip target, 64 its throughput target.
+var leaseSizes = []int64{8, 32, 64}
 
 func (c *contender) close() {
 	for _, f := range c.closers {

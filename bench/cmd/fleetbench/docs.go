@@ -24,6 +24,23 @@ type guidePage struct {
 	Ceiling          *ceiling
 	RedisCPU         *table
 	Inproc           *table
+	// Leases compares the leased contenders with their exact twins and
+	// redis_rate at 64 goroutines, per key set; LocalPath is a decision
+	// served from a lease, in process.
+	Leases    *table
+	LocalPath string
+	// Spread is the leases-64 token bucket over 10,000 evenly walked keys
+	// at 64 goroutines, nil when not measured.
+	Spread *leaseSpread
+}
+
+// leaseSpread says how often a key came back over 10,000 keys, and so how
+// much of a lease it spent before the lease aged out.
+type leaseSpread struct {
+	Rate     string  // decisions/s
+	PerKey   float64 // decisions per key per second
+	PerLease float64 // decisions per lease: min(size, PerKey × maxAge)
+	Size     int64
 }
 
 // usersTokenBucket is fleetlimit's token bucket at the fewest and the most
@@ -54,7 +71,40 @@ func (b *bench) guidePage() guidePage {
 	b.guideConcurrency(&p)
 	b.guideCPU(&p)
 	b.guideInproc(&p)
+	b.guideLeases(&p)
 	return p
+}
+
+// guideLeases compares, at 64 goroutines on each key set, fleetlimit's token
+// bucket and fixed window with and without leases, and redis_rate.
+func (b *bench) guideLeases(p *guidePage) {
+	ids := []string{"fl-tb"}
+	for _, n := range leaseSizes {
+		ids = append(ids, fmt.Sprintf("fl-tb-l%d", n))
+	}
+	ids = append(ids, "fl-fw", "fl-fw-l64", "redis_rate")
+	t := &table{Header: []string{"key set (64 goroutines)", "", "decisions/s", "vs redis_rate", "round trips per decision", "Redis CPU µs per decision", "app CPU µs per decision", "p99 µs"}}
+	for _, group := range []string{"one hot key", zipfGroup, "10,000 keys"} {
+		sc := b.scenario(group, "64 goroutines")
+		if sc == nil {
+			continue
+		}
+		for _, s := range sc.among(ids) {
+			x := s.totals()
+			t.Rows = append(t.Rows, []string{group, s.c.name, fmtRate(s.rate()), fmtRatio(s.ratio(sc.get("redis_rate"))),
+				fmtF(x.per(float64(x.rt)), 3), fmtF(x.cpuPerDecision()*1e6, 2), fmtF(x.per(float64(x.clientCPU))/1e3, 2), fmtUs(s.quantile(0.99))})
+		}
+	}
+	if len(t.Rows) > 0 {
+		p.Leases = t
+	}
+	p.LocalPath = b.localPath()
+	if sc := b.scenario("10,000 keys", "64 goroutines"); sc != nil && sc.get("fl-tb-l64") != nil {
+		s := sc.get("fl-tb-l64")
+		perKey := s.rate() / float64(sc.sc.users)
+		p.Spread = &leaseSpread{Rate: fmtRate(s.rate()), PerKey: perKey, Size: s.c.lease,
+			PerLease: min(float64(s.c.lease), perKey*leaseMaxAge.Seconds())}
+	}
 }
 
 func (b *bench) guideGlance(p *guidePage) {
@@ -66,6 +116,9 @@ func (b *bench) guideGlance(p *guidePage) {
 	p.Glance = &table{Header: []string{"", "decisions/s, 64 goroutines", "vs redis_rate", "p50 µs, 1 goroutine",
 		"round trips per decision", "Redis commands per decision", "Redis CPU µs per decision", "app CPU µs per decision", "MEMORY USAGE per user, B"}}
 	for _, s := range sc64.series {
+		if s.c.lease > 0 {
+			continue // other limits; see the leases section
+		}
 		t := s.totals()
 		one := sc1.get(s.c.id)
 		p50 := "–"
@@ -78,13 +131,12 @@ func (b *bench) guideGlance(p *guidePage) {
 }
 
 func (b *bench) guideUsers(p *guidePage) {
-	p.UsersMemory.Header = []string{"", "MEMORY USAGE B", "Redis memory per user B", "100k users", "1M users", "10M users"}
+	p.UsersMemory.Header = []string{"", "MEMORY USAGE B", "Redis memory per user B"}
 	for _, m := range b.memory {
 		if !strings.HasPrefix(m.c.id, "fl-") && !m.c.anchor {
 			continue
 		}
-		p.UsersMemory.Rows = append(p.UsersMemory.Rows, []string{m.c.name, fmtF(m.usage, 0), fmtF(m.growthPerKey, 0),
-			fmtMB(m.growthPerKey * 1e5), fmtMB(m.growthPerKey * 1e6), fmtMB(m.growthPerKey * 1e7)})
+		p.UsersMemory.Rows = append(p.UsersMemory.Rows, []string{m.c.name, fmtF(m.usage, 0), fmtF(m.growthPerKey, 0)})
 	}
 
 	us := b.sweeps("users sweep")
@@ -163,6 +215,9 @@ func (b *bench) guideCPU(p *guidePage) {
 	}
 	p.RedisCPU = &table{Header: []string{"", "µs per decision, 1 caller", "µs per decision, 64 callers", "one core at 10k decisions/s", "cores at 100k decisions/s", "decisions/s per Redis core"}}
 	for _, s := range sc64.series {
+		if s.c.lease > 0 {
+			continue
+		}
 		busy := s.totals().cpuPerDecision()
 		idle := math.NaN()
 		if one := sc1.get(s.c.id); one != nil {

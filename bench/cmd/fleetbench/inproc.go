@@ -32,6 +32,26 @@ type inprocContender struct {
 	anchor bool
 	op     inprocOp
 	close  func()
+	// storeCalls, if set, counts the calls the contender made to its
+	// store: the leased one checks that its timed decisions made none.
+	storeCalls func() int64
+}
+
+// countingMemory is a store.Memory that counts its decisions (Decide and
+// Lease): a decision served from a lease makes neither.
+type countingMemory struct {
+	*store.Memory
+	calls atomic.Int64
+}
+
+func (m *countingMemory) Decide(ctx context.Context, req store.Request) (algorithm.Decision, error) {
+	m.calls.Add(1)
+	return m.Memory.Decide(ctx, req)
+}
+
+func (m *countingMemory) Lease(ctx context.Context, req store.Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+	m.calls.Add(1)
+	return m.Memory.Lease(ctx, req, terms)
 }
 
 type inprocSample struct {
@@ -74,6 +94,26 @@ func newInprocContenders() ([]*inprocContender, error) {
 				return err == nil && res.Allowed
 			},
 			close: func() { _ = m.Close() },
+		})
+	}
+	{
+		// The local path: leases far larger than a key's decisions in the
+		// run (a token bucket's lease is at most half of what the key has
+		// left: 500,000 here), which never age out within it, so that
+		// every timed decision is served from a lease (checked).
+		m := &countingMemory{Memory: store.NewMemory()}
+		lim, err := fleetlimit.New(strategies[0].s, m, fleetlimit.WithLeases(1<<20, time.Hour))
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, &inprocContender{
+			name: "fleetlimit Limiter.Allow, token bucket, served from a lease", id: "fl-lease-tb",
+			op: func(ctx context.Context, key string) bool {
+				res, err := lim.Allow(ctx, key)
+				return err == nil && res.Allowed
+			},
+			close:      func() { _ = m.Close() },
+			storeCalls: m.calls.Load,
 		})
 	}
 	for _, st := range strategies {
@@ -219,6 +259,12 @@ func (b *bench) inprocPhase(ctx context.Context) error {
 		}
 		b.inproc = append(b.inproc, res)
 	}
+	calls0 := map[string]int64{}
+	for _, c := range cs {
+		if c.storeCalls != nil {
+			calls0[c.id] = c.storeCalls()
+		}
+	}
 	// Each round runs every contender at 1 and then 2 goroutines back to
 	// back, so that the speed-up from a second goroutine compares two runs
 	// made under the same outside load.
@@ -240,6 +286,11 @@ func (b *bench) inprocPhase(ctx context.Context) error {
 			}
 		}
 		b.verify(denied == 0, "in process, "+res.c.name+": nothing denied", "%d of %d calls denied", denied, ops)
+		if res.c.storeCalls != nil {
+			calls := res.c.storeCalls() - calls0[res.c.id]
+			b.verify(calls == 0, "in process, "+res.c.name+": every timed decision served from a lease",
+				"%d store calls in %d timed decisions", calls, ops)
+		}
 	}
 	return nil
 }

@@ -149,6 +149,9 @@ func writeDoc(path string, render func() (string, error)) error {
 
 var goroutineCounts = []int{1, 8, 64}
 
+// zipfGroup names the scenarios over 10,000 keys in Zipf-distributed order.
+const zipfGroup = "10,000 keys, Zipf"
+
 func (b *bench) redisPhases(ctx context.Context) error {
 	info, err := b.srv.info(ctx, "server", "memory")
 	if err != nil {
@@ -175,10 +178,11 @@ func (b *bench) redisPhases(ctx context.Context) error {
 		prof   profile
 		letter byte
 		users  int
-	}{{"10,000 keys", spread, 's', 10_000}, {"one hot key", hot, 'h', 1}} {
+		zipf   bool
+	}{{"10,000 keys", spread, 's', 10_000, false}, {zipfGroup, hot, 'z', 10_000, true}, {"one hot key", hot, 'h', 1, false}} {
 		for _, g := range goroutineCounts {
 			sc := scenario{group: set.group, label: fmt.Sprintf("%d goroutines", g), prof: set.prof,
-				letter: set.letter, users: set.users, g: g}
+				letter: set.letter, users: set.users, g: g, zipf: set.zipf}
 			if err := b.runScenario(ctx, sc); err != nil {
 				return err
 			}

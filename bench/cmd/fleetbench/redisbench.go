@@ -25,6 +25,7 @@ type scenario struct {
 	g      int
 	only   []string // contender ids taking part; nil for all
 	pass   bool     // warm up with one pass over every key (and check DBSIZE)
+	zipf   bool     // walk the keys in a Zipf-distributed order (zipfOrder), not evenly
 }
 
 type series struct {
@@ -127,6 +128,9 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 			continue
 		}
 		keys := b.keysFor(c, sc.letter, sc.users)
+		if sc.zipf {
+			keys = zipfOrder(keys)
+		}
 		as = append(as, active{s: &series{c: c, alive: -1}, fn: fn, keys: keys, cursor: newCursors(keys, sc.g)})
 		res.series = append(res.series, as[len(as)-1].s)
 	}
@@ -264,6 +268,9 @@ const memUsers = 10_000
 func (b *bench) memoryPhase(ctx context.Context) error {
 	log.Printf("memory: %d users per contender", memUsers)
 	for _, c := range b.contenders {
+		if c.lease > 0 {
+			continue // its keys are its exact twin's
+		}
 		fn, err := c.decider(mem)
 		if err != nil || fn == nil {
 			return fmt.Errorf("%s: no memory profile: %v", c.name, err)
@@ -364,17 +371,19 @@ type logSweepResult struct {
 func (b *bench) logSweep(ctx context.Context, limits []int64) error {
 	c, _ := newClient(b.srv.addr)
 	defer c.Close()
-	st, err := store.NewRedis(c)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	for _, limit := range limits {
 		keysN := int(max(20, 20_000/limit))
 		if b.cfg.quick {
 			keysN = int(max(5, 2_000/limit))
 		}
-		lim, err := fleetlimit.New(algorithm.SlidingWindowLog(limit, time.Hour), st)
+		// A store per limit, and the keys under DefaultKeyPrefix alone: see
+		// newContenders.
+		st, err := store.NewRedis(c)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		lim, err := fleetlimit.New(algorithm.SlidingWindowLog(limit, time.Hour), st, fleetlimit.WithKeyPrefix(fleetlimit.DefaultKeyPrefix))
 		if err != nil {
 			return err
 		}

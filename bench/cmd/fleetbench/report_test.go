@@ -98,6 +98,10 @@ func syntheticBench(sparse bool) *bench {
 		{name: "fleetlimit token bucket", id: "fl-tb"},
 		{name: "fleetlimit token bucket, WithClock", id: "fl-tbc"},
 		{name: "fleetlimit fixed window", id: "fl-fw"},
+		{name: "fleetlimit token bucket, leases 8", id: "fl-tb-l8", lease: 8},
+		{name: "fleetlimit token bucket, leases 32", id: "fl-tb-l32", lease: 32},
+		{name: "fleetlimit token bucket, leases 64", id: "fl-tb-l64", lease: 64},
+		{name: "fleetlimit fixed window, leases 64", id: "fl-fw-l64", lease: 64},
 		{name: "redis_rate (GCRA)", id: "redis_rate", anchor: true},
 		{name: "ulule/limiter (fixed window)", id: "ulule", anchor: true},
 		{name: "throttled (GCRA, client CAS)", id: "throttled", anchor: true},
@@ -107,8 +111,10 @@ func syntheticBench(sparse bool) *bench {
 	// speed is each contender's decisions/s at one goroutine, before the
 	// scenario's scaling; cost its Redis CPU µs per decision.
 	speed := map[string]float64{"fl-sl": 15e3, "fl-tb": 17e3, "fl-tbc": 17.5e3, "fl-fw": 16e3,
+		"fl-tb-l8": 90e3, "fl-tb-l32": 200e3, "fl-tb-l64": 260e3, "fl-fw-l64": 250e3,
 		"redis_rate": 16.5e3, "ulule": 16.2e3, "throttled": 8e3, "incr": 19e3}
 	cost := map[string]float64{"fl-sl": 14, "fl-tb": 9, "fl-tbc": 8.5, "fl-fw": 6,
+		"fl-tb-l8": 1.2, "fl-tb-l32": 0.3, "fl-tb-l64": 0.15, "fl-fw-l64": 0.14,
 		"redis_rate": 11, "ulule": 7, "throttled": 8, "incr": 2}
 	mkSample := func(c *contender, k, r, g int, scale float64, hotErrs bool) sample {
 		elapsed := time.Duration(120+r) * time.Millisecond
@@ -126,6 +132,9 @@ func syntheticBench(sparse bool) *bench {
 			cpu:     cost[c.id] * 1e-6 * float64(ok) * (1 + 0.1*float64(r%3)),
 			mallocs: uint64(ok) * uint64(10+k), others: 0.05 * float64((r*7+k)%9),
 			clientCPU: time.Duration(float64(ok) * float64(20+k) * 1e3 * (1 + 0.05*float64(r))),
+		}
+		if c.lease > 0 {
+			s.rt = ok/c.lease + int64(r)
 		}
 		if hotErrs {
 			s.errs = ok / int64(4+r)
@@ -157,7 +166,7 @@ func syntheticBench(sparse bool) *bench {
 		}
 		return res
 	}
-	for _, group := range []string{"10,000 keys", "one hot key"} {
+	for _, group := range []string{"10,000 keys", zipfGroup, "one hot key"} {
 		for _, g := range goroutineCounts {
 			// Concurrency helps the fleetlimit scripts more than the anchors.
 			b.scenarios = append(b.scenarios, scenarioOf(scenario{group: group, label: fmt.Sprintf("%d goroutines", g), g: g, users: 10_000}, nil,
@@ -192,6 +201,9 @@ func syntheticBench(sparse bool) *bench {
 			usersContenders, 1.5+float64(n%7)/20))
 	}
 	for k, c := range cs {
+		if c.lease > 0 {
+			continue
+		}
 		b.memory = append(b.memory, memResult{c: c, users: memUsers, newKeys: memUsers, keyLen: keyLen,
 			usage: float64(64 + 8*k), growthPerKey: float64(90+11*k) + 0.4, usedPerKey: float64(95+12*k) + 0.6})
 	}
@@ -201,6 +213,7 @@ func syntheticBench(sparse bool) *bench {
 	}
 	ics := []*inprocContender{
 		{name: "fleetlimit Limiter.Allow, memory, token bucket", id: "fl-lim-tb"},
+		{name: "fleetlimit Limiter.Allow, token bucket, served from a lease", id: "fl-lease-tb"},
 		{name: "fleetlimit store.Memory.Decide, token bucket", id: "fl-mem-tb"},
 		{name: "fleetlimit Limiter.Allow, memory, sliding log", id: "fl-lim-sl"},
 		{name: "fleetlimit store.Memory.Decide, sliding log", id: "fl-mem-sl"},
@@ -208,7 +221,7 @@ func syntheticBench(sparse bool) *bench {
 		{name: "sethvargo/go-limiter memorystore", id: "golimiter", anchor: true},
 		{name: "ulule/limiter memory store", id: "ulule-mem", anchor: true},
 	}
-	cpuNs := map[string]float64{"fl-lim-tb": 62, "fl-mem-tb": 41, "fl-lim-sl": 105, "fl-mem-sl": 80, "xrate": 88, "golimiter": 95, "ulule-mem": 240}
+	cpuNs := map[string]float64{"fl-lim-tb": 62, "fl-lease-tb": 120, "fl-mem-tb": 41, "fl-lim-sl": 105, "fl-mem-sl": 80, "xrate": 88, "golimiter": 95, "ulule-mem": 240}
 	for k, c := range ics {
 		res := &inprocResult{c: c, samples: map[int][]inprocSample{}}
 		for r := range b.cfg.rounds {

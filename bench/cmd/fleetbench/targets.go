@@ -269,3 +269,87 @@ func (b *bench) memUsage(id string) float64 {
 	}
 	return math.NaN()
 }
+
+// leaseTargets judges issue 14's targets: what leases buy on one hot key,
+// and what a decision served from a lease costs in process.
+func (b *bench) leaseTargets() []target {
+	var ts []target
+	hot := func(g int) *scenarioResult { return b.scenario("one hot key", fmt.Sprintf("%d goroutines", g)) }
+
+	t := target{name: "One hot key at 64 goroutines: token bucket with leases of 64 ≥ 10× redis_rate's decisions/s"}
+	r := math.NaN()
+	if sc := hot(64); sc != nil && sc.get("fl-tb-l64") != nil && sc.get("redis_rate") != nil {
+		l, rr := sc.get("fl-tb-l64"), sc.get("redis_rate")
+		r = l.ratio(rr)
+		var parts []string
+		for _, g := range goroutineCounts {
+			if sc := hot(g); sc != nil && sc.get("fl-tb-l64") != nil {
+				parts = append(parts, fmt.Sprintf("%d goroutines %s", g, fmtRatio(sc.get("fl-tb-l64").ratio(sc.get("redis_rate")))))
+			}
+		}
+		t.measured = fmt.Sprintf("%s (%s against %s decisions/s); all: %s", fmtRatio(r), fmtRate(l.rate()), fmtRate(rr.rate()), strings.Join(parts, ", "))
+		lt, rt := l.totals(), rr.totals()
+		cpu := func(x totals) float64 { return x.cpuPerDecision()*1e6 + x.per(float64(x.clientCPU))/1e3 }
+		t.why = fmt.Sprintf("Per decision at 64 goroutines on the hot key: with leases of 64, %.3f round trips, %.2f µs of Redis CPU and %.2f µs of Go CPU; redis_rate %.2f round trips, %.2f µs and %.2f µs. "+
+			"The Go process and redis-server share this machine's %d cores, so counting both, leases cut the CPU per decision %.1f× (%.2f against %.2f µs): "+
+			"once the round trips are gone the cost is the limiter's own work in process (a decision served from a lease: %s), which 64 goroutines on one key do one at a time under the key's lock.",
+			lt.per(float64(lt.rt)), lt.cpuPerDecision()*1e6, lt.per(float64(lt.clientCPU))/1e3,
+			rt.per(float64(rt.rt)), rt.cpuPerDecision()*1e6, rt.per(float64(rt.clientCPU))/1e3,
+			b.meta.cores, cpu(rt)/cpu(lt), cpu(lt), cpu(rt), b.localPath())
+	}
+	atLeast(&t, r, 10, "×")
+	ts = append(ts, t)
+
+	lp := b.inprocOf("fl-lease-tb")
+	t = target{name: "Local path (a decision served from a lease, Limiter.Allow, 1 goroutine): ≤ 100 ns/op"}
+	ns := math.NaN()
+	if lp != nil {
+		ns = lp.cpuNs(1)
+		t.measured = b.localPath()
+		if tb := b.inprocOf("fl-lim-tb"); tb != nil {
+			t.why = fmt.Sprintf("In the same rounds, Limiter.Allow over store.Memory without leases costs %.0f ns/op CPU and store.Memory.Decide alone %.0f: serving from a lease is the Limiter's own path (validation, the clock, the lease's shard lock and map lookup) without the store.",
+				tb.cpuNs(1), b.inprocOf("fl-mem-tb").cpuNs(1))
+		}
+	}
+	atMost(&t, ns, 100, "ns/op", 0)
+	ts = append(ts, t)
+
+	t = target{name: "Local path: 0 allocs/op"}
+	al := math.NaN()
+	if lp != nil {
+		al = lp.allocs(1)
+		t.measured = fmt.Sprintf("%.2f allocs/op, %.0f B/op", al, lp.bytes(1))
+	}
+	atMost(&t, al, 0.005, "allocs/op", 2)
+	ts = append(ts, t)
+
+	t = target{name: "Round trips per decision on one hot key, token bucket with leases of 32: ≤ 1/20 (0.050)"}
+	worst := math.NaN()
+	var parts []string
+	for _, g := range goroutineCounts {
+		sc := hot(g)
+		if sc == nil || sc.get("fl-tb-l32") == nil {
+			continue
+		}
+		x := sc.get("fl-tb-l32").totals()
+		per := x.per(float64(x.rt))
+		if math.IsNaN(worst) || per > worst {
+			worst = per
+		}
+		parts = append(parts, fmt.Sprintf("%d goroutines %.4f", g, per))
+	}
+	t.measured = fmt.Sprintf("worst %.4f (1/32 = %.4f); %s", worst, 1.0/32, strings.Join(parts, ", "))
+	atMost(&t, worst, 0.05, "round trips", 4)
+	ts = append(ts, t)
+	return ts
+}
+
+// localPath describes the in-process cost of a decision served from a
+// lease, or says it was not measured.
+func (b *bench) localPath() string {
+	lp := b.inprocOf("fl-lease-tb")
+	if lp == nil {
+		return "not measured"
+	}
+	return fmt.Sprintf("%.0f ns/op CPU, %.0f wall, %.2f allocs/op at 1 goroutine; %.0f ns/op CPU at 2", lp.cpuNs(1), lp.ns(1), lp.allocs(1), lp.cpuNs(2))
+}
