@@ -31,13 +31,18 @@ func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t
 // TestPropertyLeaseBound: K = 1..16 instances, each a limiter with leases
 // of a random size (1 to 64) and max age, share one store (memory,
 // miniredis, the real server, the Cluster) and decide a generated timeline
-// on a virtual clock, each request sent to a random instance. For the token
-// bucket and the fixed window it asserts the bound of docs/guarantees.md
-// exactly as written, with H = K·(size−1) the most units the fleet holds in
-// leases of one key:
+// on a virtual clock, each request sent to a random instance. For each
+// single strategy it asserts the bound of docs/guarantees.md exactly as
+// written, with H = K·(size−1) the most units the fleet holds in leases of
+// one key:
 //   - over-admission: a token bucket admits at most burst + rate·d/per + H
 //     in any interval d; a fixed window at most limit + H in any aligned
-//     window;
+//     window; a sliding log at most limit + H in any interval of length W
+//     (sliding, not aligned); a sliding-window counter admits each request
+//     only where the counter's own rule, applied to what was admitted
+//     (spent) and relaxed by H, admits it: e µs into window i of W µs,
+//     ⌈P·(W−e)/W⌉ + C <= limit + H, with P the units admitted in window
+//     i−1 and C those admitted in window i up to and including it;
 //   - under-admission: after every decision the store can still admit at
 //     least what the admitted requests alone would leave, less H (a model
 //     charges every admitted request at its time, exactly);
@@ -49,7 +54,7 @@ func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t
 // lease mode's Lua twin agrees with its Go rule.
 func TestPropertyLeaseBound(t *testing.T) {
 	mem := proptest.Memory(t)
-	for _, name := range []string{"token_bucket", "fixed_window"} {
+	for _, name := range []string{"token_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter"} {
 		e := proptest.RegistryEntry(t, name)
 		t.Run(name, func(t *testing.T) {
 			for _, b := range leaseBackends(t) {
@@ -157,24 +162,50 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 				where, after, floor+held, held), outs, nil
 		}
 	}
-	switch s.Strat.Name {
+	if msg := leaseOverAdmission(s.Strat, outs, held); msg != "" {
+		return fmt.Sprintf("K=%d, leases of %d: %s", plan.K, plan.Size, msg), outs, nil
+	}
+	return "", outs, nil
+}
+
+// leaseOverAdmission reports where outs (in time order) admit more than
+// the strategy's bound with held units in leases (see
+// TestPropertyLeaseBound), or "".
+func leaseOverAdmission(sc proptest.StratCase, outs []proptest.Outcome, held int64) string {
+	limit, w := sc.S.Limit(), sc.S.Window().Microseconds()
+	switch sc.Name {
 	case "token_bucket":
-		if msg := proptest.TokenBucketBound(outs, s.Strat.Rate, s.Strat.Per, s.Strat.Burst+held); msg != "" {
-			return fmt.Sprintf("K=%d, leases of %d: %s", plan.K, plan.Size, msg), outs, nil
-		}
+		return proptest.TokenBucketBound(outs, sc.Rate, sc.Per, sc.Burst+held)
 	case "fixed_window":
-		w := s.Strat.S.Window().Microseconds()
 		count := map[string]int64{}
 		for _, o := range outs {
 			if o.Res.Allowed {
 				k := fmt.Sprintf("%s/%d", o.Key, o.At.UnixMicro()/w)
-				if count[k] += o.N; count[k] > s.Strat.S.Limit()+held {
-					return fmt.Sprintf("K=%d, leases of %d: aligned window %s admitted %d > limit %d + %d", plan.K, plan.Size, k, count[k], s.Strat.S.Limit(), held), outs, nil
+				if count[k] += o.N; count[k] > limit+held {
+					return fmt.Sprintf("aligned window %s admitted %d > limit %d + %d", k, count[k], limit, held)
 				}
 			}
 		}
+	case "sliding_window_log":
+		if most, from, to := proptest.MaxAdmittedIn(outs, sc.S.Window()); most > limit+held {
+			return fmt.Sprintf("admitted %d from %s to %s, within %v: > limit %d + %d",
+				most, from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), sc.S.Window(), limit, held)
+		}
+	case "sliding_window_counter":
+		m := newChargeModel(sc)
+		for _, o := range outs {
+			if o.Res.Allowed {
+				m.charge(o.Event)
+				if est := limit - m.available(o.Key, o.At); est > limit+held {
+					return fmt.Sprintf("request %q n=%d at %s: the estimate of what was admitted is %d > limit %d + %d",
+						o.Key, o.N, o.At.Format(time.RFC3339Nano), est, limit, held)
+				}
+			}
+		}
+	default:
+		panic("no lease bound for " + sc.Name)
 	}
-	return "", outs, nil
+	return ""
 }
 
 // available is the whole units a key can still admit, from a peek at a
@@ -193,11 +224,13 @@ type chargeModel struct {
 	sc    proptest.StratCase
 	debt  map[string]*big.Rat // token bucket: tokens owed
 	last  map[string]time.Time
-	count map[string]int64 // fixed window: key/window -> units
+	count map[string]int64              // fixed window, counter: key/window -> units
+	log   map[string][]proptest.Outcome // sliding log: admissions, oldest first
 }
 
 func newChargeModel(sc proptest.StratCase) *chargeModel {
-	return &chargeModel{sc: sc, debt: map[string]*big.Rat{}, last: map[string]time.Time{}, count: map[string]int64{}}
+	return &chargeModel{sc: sc, debt: map[string]*big.Rat{}, last: map[string]time.Time{}, count: map[string]int64{},
+		log: map[string][]proptest.Outcome{}}
 }
 
 func (m *chargeModel) refill(key string, at time.Time) *big.Rat {
@@ -217,28 +250,59 @@ func (m *chargeModel) refill(key string, at time.Time) *big.Rat {
 	return d
 }
 
-func (m *chargeModel) windowKey(key string, at time.Time) string {
-	return fmt.Sprintf("%s/%d", key, at.UnixMicro()/m.sc.S.Window().Microseconds())
+func (m *chargeModel) windowKey(key string, idx int64) string {
+	return fmt.Sprintf("%s/%d", key, idx)
+}
+
+// window is the index of the aligned window at holds, and how many µs into
+// it at is.
+func (m *chargeModel) window(at time.Time) (idx, e int64) {
+	w := m.sc.S.Window().Microseconds()
+	return at.UnixMicro() / w, at.UnixMicro() % w
 }
 
 func (m *chargeModel) charge(ev proptest.Event) {
-	if m.sc.Name == "token_bucket" {
+	switch m.sc.Name {
+	case "token_bucket":
 		d := m.refill(ev.Key, ev.At)
 		d.Add(d, big.NewRat(ev.N, 1))
-		return
+	case "sliding_window_log":
+		m.log[ev.Key] = append(m.log[ev.Key], proptest.Outcome{Event: ev})
+	default:
+		idx, _ := m.window(ev.At)
+		m.count[m.windowKey(ev.Key, idx)] += ev.N
 	}
-	m.count[m.windowKey(ev.Key, ev.At)] += ev.N
 }
 
 // available is the whole units the model leaves at at (negative when it
 // has charged past the capacity).
 func (m *chargeModel) available(key string, at time.Time) int64 {
-	if m.sc.Name == "token_bucket" {
+	limit := m.sc.S.Limit()
+	idx, e := m.window(at)
+	switch m.sc.Name {
+	case "token_bucket":
 		left := new(big.Rat).Sub(big.NewRat(m.sc.Burst, 1), m.refill(key, at))
 		q := new(big.Int).Div(left.Num(), left.Denom()) // floor, Euclidean for a positive denominator
 		return q.Int64()
+	case "sliding_window_log":
+		// Units admitted at or before at − W have left the window.
+		live := limit
+		for _, a := range m.log[key] {
+			if at.Sub(a.At) < m.sc.S.Window() {
+				live -= a.N
+			}
+		}
+		return live
+	case "sliding_window_counter":
+		// The counter's estimate: the previous window's count weighted by
+		// the share of it [at − W, at) still covers, rounded up, plus the
+		// current window's.
+		w := m.sc.S.Window().Microseconds()
+		prev := big.NewRat(m.count[m.windowKey(key, idx-1)]*(w-e), w)
+		weighted := new(big.Int).Div(new(big.Int).Add(prev.Num(), new(big.Int).Sub(prev.Denom(), big.NewInt(1))), prev.Denom())
+		return limit - m.count[m.windowKey(key, idx)] - weighted.Int64()
 	}
-	return m.sc.S.Limit() - m.count[m.windowKey(key, at)]
+	return limit - m.count[m.windowKey(key, idx)]
 }
 
 // Leases step by step on a virtual clock: the fair share, the hand-back at
