@@ -368,8 +368,6 @@ func TestWithLeasesRejects(t *testing.T) {
 		opts []fleetlimit.Option
 		what string
 	}{
-		{algorithm.SlidingWindowLog(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
-		{algorithm.SlidingWindowCounter(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
 		{algorithm.All(algorithm.FixedWindow(10, time.Second), algorithm.TokenBucket(1, time.Second, 5)), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
 		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(0, time.Second)}, "lease size"},
 		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, 0)}, "max age"},
@@ -423,6 +421,125 @@ func TestLeaseHandBackStaysInItsWindow(t *testing.T) {
 			peek, err := exact.Peek(bg, "u", 1)
 			require.NoError(t, err)
 			require.Equal(t, int64(3), available(peek))
+		})
+	}
+}
+
+// leaseRig is a leasing limiter and an exact one of strategy s over one key
+// prefix of st, on one virtual clock.
+type leaseRig struct {
+	clock         *fakeclock.Clock
+	leased, exact *fleetlimit.Limiter
+}
+
+func newLeaseRig(t *testing.T, st store.Store, s algorithm.Strategy, start time.Time, size int64, maxAge time.Duration) *leaseRig {
+	t.Helper()
+	r := &leaseRig{clock: &fakeclock.Clock{}}
+	r.clock.Set(start)
+	p := redistest.Prefix()
+	newLim := func(opts ...fleetlimit.Option) *fleetlimit.Limiter {
+		l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{
+			fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(r.clock.Now), fleetlimit.WithTimeout(proptest.Timeout)}, opts...)...)
+		require.NoError(t, err)
+		return l
+	}
+	r.leased, r.exact = newLim(fleetlimit.WithLeases(size, maxAge)), newLim()
+	return r
+}
+
+// at sets the clock to start + d.
+func (r *leaseRig) at(start time.Time, d time.Duration) { r.clock.Set(start.Add(d)) }
+
+// allow admits n through l, failing t if it is denied.
+func (r *leaseRig) allow(t *testing.T, l *fleetlimit.Limiter, n int64) {
+	t.Helper()
+	res, err := l.AllowN(bg, "u", n)
+	require.NoError(t, err)
+	require.True(t, res.Allowed, "%+v", res)
+}
+
+// available is what the key can still admit, by the exact limiter's peek.
+func (r *leaseRig) available(t *testing.T) int64 {
+	t.Helper()
+	res, err := r.exact.Peek(bg, "u", 1)
+	require.NoError(t, err)
+	return available(res)
+}
+
+// A sliding log takes back only the units of the lease being handed back
+// (those admitted at its instant), never newer units that other requests
+// were charged, and only while they still count.
+func TestSlidingLogLeaseHandBack(t *testing.T) {
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			t0 := proptest.Epoch
+			r := newLeaseRig(t, st, algorithm.SlidingWindowLog(10, time.Hour), t0, 4, time.Minute)
+			r.allow(t, r.leased, 1) // a lease of min(4, max(1, 10/2)) = 4 at t0, 3 unspent
+			r.at(t0, time.Second)
+			r.allow(t, r.exact, 2) // 2 newer units: 4 available
+			require.Equal(t, int64(4), r.available(t))
+			// The lease has aged out: the next request hands back its 3
+			// units of t0 (7 available) and leases min(4, max(1, 7/2)) = 3.
+			r.at(t0, time.Minute)
+			r.allow(t, r.leased, 1)
+			require.Equal(t, int64(4), r.available(t))
+			// An hour after t0 its one spent unit has left the window; the
+			// 2 units of t0+1s and the lease of 3 at t0+1m still count. Had
+			// the hand-back taken the 3 newest units instead (2 of them
+			// not the lease's), 7 would be available.
+			r.at(t0, time.Hour)
+			require.Equal(t, int64(10-2-3), r.available(t))
+			// Close hands back the 2 unspent units of t0+1m, and only them.
+			require.NoError(t, r.leased.Close())
+			require.Equal(t, int64(10-2-1), r.available(t))
+			// A lease whose units have left the window gives back nothing:
+			// a lease at t0+1h (of max(1, 7/2) = 3, 2 unspent) is handed
+			// back at t0+2h, after the 2 units of t0+1h+1s that must stay.
+			r.allow(t, r.leased, 1)
+			r.at(t0, time.Hour+time.Second)
+			r.allow(t, r.exact, 2)
+			r.at(t0, 2*time.Hour+time.Second/2) // the lease's units have gone
+			require.NoError(t, r.leased.Close())
+			require.Equal(t, int64(10-2), r.available(t))
+		})
+	}
+}
+
+// A sliding-window counter takes a lease's unspent units back off the
+// count of the window the lease was taken in: the current one's, or the
+// previous one's while it still weighs; never another window's.
+func TestCounterLeaseHandBack(t *testing.T) {
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			edge := proptest.EdgeAfter(proptest.Epoch, time.Hour)
+			r := newLeaseRig(t, st, algorithm.SlidingWindowCounter(10, time.Hour), edge, 4, time.Minute)
+			// Window i: a lease of 4 at 6 minutes before its end, 3 unspent.
+			r.at(edge, 54*time.Minute)
+			r.allow(t, r.leased, 1)
+			// 6 minutes into window i+1 the lease (aged out) hands back its
+			// 3 to window i's count, which weighs 54/60 here: prev 4 → 1,
+			// weighing ⌈54/60⌉ = 1; 9 available; a lease of min(4, 4) = 4.
+			// (Kept in prev, its 3 would weigh ⌈4·54/60⌉ = 4: 6 available.)
+			r.at(edge, time.Hour+6*time.Minute)
+			r.allow(t, r.leased, 1)
+			require.Equal(t, int64(10-1-4), r.available(t))
+			// A refund takes the current window's 4 off (the lease's, as it
+			// happens); the hand-back of its 3 then finds nothing left in
+			// window i+1 and must not spill onto window i's 1 (a refund
+			// would): 9 available, a lease of min(4, 4) = 4.
+			_, err := r.exact.Refund(bg, "u", 4)
+			require.NoError(t, err)
+			require.Equal(t, int64(9), r.available(t))
+			r.at(edge, time.Hour+8*time.Minute)
+			r.allow(t, r.leased, 1)
+			require.Equal(t, int64(9-4), r.available(t))
+			// Two windows later window i+1's count weighs nothing: the
+			// lease's 3 are not given back to the count of window i+3.
+			r.at(edge, 3*time.Hour)
+			r.allow(t, r.exact, 6)
+			require.Equal(t, int64(4), r.available(t))
+			require.NoError(t, r.leased.Close())
+			require.Equal(t, int64(4), r.available(t))
 		})
 	}
 }
