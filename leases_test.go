@@ -130,6 +130,7 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 	}
 	held := int64(plan.K) * (plan.Size - 1)
 	model := newChargeModel(s.Strat)
+	ledger := newLeaseLedger(s.Strat, plan.K)
 	var outs []proptest.Outcome
 	for i, ev := range evs {
 		peek, err := exact.Peek(proptest.Event{At: ev.At, Key: ev.Key, N: 1})
@@ -160,6 +161,15 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		if floor := model.available(ev.Key, ev.At) - held; after < floor {
 			return fmt.Sprintf("%s: the store can admit %d, less than the %d the admitted requests leave minus %d held in leases",
 				where, after, floor+held, held), outs, nil
+		}
+		if ledger != nil {
+			if msg := ledger.step(plan.To[i], ev, res, decidedBy, after); msg != "" {
+				return where + ": " + msg, outs, nil
+			}
+		}
+		if ceiling := model.available(ev.Key, ev.At) + held; s.Strat.Name != "token_bucket" && after > ceiling {
+			return fmt.Sprintf("%s: the store can admit %d, more than the %d the admitted requests leave plus %d held in leases",
+				where, after, ceiling-held, held), outs, nil
 		}
 	}
 	if msg := leaseOverAdmission(s.Strat, outs, held); msg != "" {
@@ -208,6 +218,63 @@ func leaseOverAdmission(sc proptest.StratCase, outs []proptest.Outcome, held int
 	return ""
 }
 
+// leaseLedger restates what the store must hold for a sliding log or a
+// counter, from what the test sees: every lease's units charged at its
+// time, and each instance's unspent units of a key given back by the
+// strategy's hand-back rule at its next round trip for that key. A round
+// trip that admits n took g = Remaining − (the store's Remaining after it)
+// + n units: the Result's Remaining is the store's plus what the lease
+// still holds.
+type leaseLedger struct {
+	store *chargeModel
+	held  []map[string]heldLease // per instance, per key
+}
+
+type heldLease struct {
+	at   time.Time
+	left int64
+}
+
+func newLeaseLedger(sc proptest.StratCase, k int) *leaseLedger {
+	if sc.Name != "sliding_window_log" && sc.Name != "sliding_window_counter" {
+		return nil
+	}
+	l := &leaseLedger{store: newChargeModel(sc), held: make([]map[string]heldLease, k)}
+	for i := range l.held {
+		l.held[i] = map[string]heldLease{}
+	}
+	return l
+}
+
+// step records ev's outcome res at instance inst, decided by by, after which
+// the store can admit after, and reports where the store disagrees with
+// the ledger, or "".
+func (l *leaseLedger) step(inst int, ev proptest.Event, res fleetlimit.Result, by fleetlimit.Decider, after int64) string {
+	held := l.held[inst]
+	switch by {
+	case fleetlimit.DecidedByLease:
+		h := held[ev.Key]
+		h.left -= ev.N
+		held[ev.Key] = h
+	case fleetlimit.DecidedByStore:
+		if h, ok := held[ev.Key]; ok && h.left > 0 {
+			l.store.giveBack(ev.Key, h.at, ev.At, h.left)
+		}
+		delete(held, ev.Key)
+		if res.Allowed {
+			g := res.Remaining - after + ev.N
+			l.store.add(ev.Key, ev.At, g)
+			if g > ev.N {
+				held[ev.Key] = heldLease{at: ev.At, left: g - ev.N}
+			}
+		}
+	}
+	if want := max(0, l.store.available(ev.Key, ev.At)); after != want {
+		return fmt.Sprintf("the store can admit %d; by the leases taken and handed back it should be %d", after, want)
+	}
+	return ""
+}
+
 // available is the whole units a key can still admit, from a peek at a
 // cost of 1: its Remaining, plus the unit when the peek admits it.
 func available(peek fleetlimit.Result) int64 {
@@ -224,13 +291,13 @@ type chargeModel struct {
 	sc    proptest.StratCase
 	debt  map[string]*big.Rat // token bucket: tokens owed
 	last  map[string]time.Time
-	count map[string]int64              // fixed window, counter: key/window -> units
-	log   map[string][]proptest.Outcome // sliding log: admissions, oldest first
+	count map[string]int64           // fixed window, counter: key/window -> units
+	log   map[string]map[int64]int64 // sliding log: key -> µs -> units admitted then
 }
 
 func newChargeModel(sc proptest.StratCase) *chargeModel {
 	return &chargeModel{sc: sc, debt: map[string]*big.Rat{}, last: map[string]time.Time{}, count: map[string]int64{},
-		log: map[string][]proptest.Outcome{}}
+		log: map[string]map[int64]int64{}}
 }
 
 func (m *chargeModel) refill(key string, at time.Time) *big.Rat {
@@ -261,16 +328,45 @@ func (m *chargeModel) window(at time.Time) (idx, e int64) {
 	return at.UnixMicro() / w, at.UnixMicro() % w
 }
 
-func (m *chargeModel) charge(ev proptest.Event) {
+func (m *chargeModel) charge(ev proptest.Event) { m.add(ev.Key, ev.At, ev.N) }
+
+// add charges n units to key at at.
+func (m *chargeModel) add(key string, at time.Time, n int64) {
 	switch m.sc.Name {
 	case "token_bucket":
-		d := m.refill(ev.Key, ev.At)
-		d.Add(d, big.NewRat(ev.N, 1))
+		d := m.refill(key, at)
+		d.Add(d, big.NewRat(n, 1))
 	case "sliding_window_log":
-		m.log[ev.Key] = append(m.log[ev.Key], proptest.Outcome{Event: ev})
+		if m.log[key] == nil {
+			m.log[key] = map[int64]int64{}
+		}
+		m.log[key][at.UnixMicro()] += n
 	default:
-		idx, _ := m.window(ev.At)
-		m.count[m.windowKey(ev.Key, idx)] += ev.N
+		idx, _ := m.window(at)
+		m.count[m.windowKey(key, idx)] += n
+	}
+}
+
+// giveBack is a lease's hand-back at now, by the rule docs/guarantees.md
+// states, restated independently: n units of a lease of key taken at at
+// come off what was charged then — a sliding log's units of that instant
+// while they are live, a counter's count of that window while it is the
+// current or the previous one — at most to 0.
+func (m *chargeModel) giveBack(key string, at, now time.Time, n int64) {
+	idx, _ := m.window(at)
+	nowIdx, _ := m.window(now)
+	switch m.sc.Name {
+	case "sliding_window_log":
+		if now.Sub(at) < m.sc.S.Window() {
+			m.log[key][at.UnixMicro()] -= min(n, m.log[key][at.UnixMicro()])
+		}
+	case "sliding_window_counter":
+		if idx == nowIdx || idx == nowIdx-1 {
+			k := m.windowKey(key, idx)
+			m.count[k] -= min(n, m.count[k])
+		}
+	default:
+		panic("no hand-back model for " + m.sc.Name)
 	}
 }
 
@@ -287,9 +383,9 @@ func (m *chargeModel) available(key string, at time.Time) int64 {
 	case "sliding_window_log":
 		// Units admitted at or before at − W have left the window.
 		live := limit
-		for _, a := range m.log[key] {
-			if at.Sub(a.At) < m.sc.S.Window() {
-				live -= a.N
+		for us, n := range m.log[key] {
+			if at.Sub(time.UnixMicro(us)) < m.sc.S.Window() {
+				live -= n
 			}
 		}
 		return live

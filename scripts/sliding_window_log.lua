@@ -94,13 +94,15 @@ end
 local granted, back_at, returned = n, 0, 0
 
 -- unlease removes the returned units: the last ones, in the set's order,
--- scored back_at, less the added units that share that score (the
--- admission's, which number on after them: see the member names below).
--- Call it after the expired units are removed, so that ranks count live
--- units only. Neither grows memory, so a full Redis still takes it.
-local function unlease(added)
+-- scored back_at, which have the highest seq of that instant (see the
+-- member names below), so that its units stay numbered 1, 2, ... When
+-- back_at is now, the admission's units, just added, are among them: units
+-- of one instant are interchangeable. Call it after the expired units are
+-- removed, so that ranks count live units only. Neither command grows
+-- memory, so a full Redis still takes it.
+local function unlease()
   if returned == 0 then return end
-  local hi = redis.call('ZCOUNT', key, '-inf', string.format('%d', back_at)) - 1 - added
+  local hi = redis.call('ZCOUNT', key, '-inf', string.format('%d', back_at)) - 1
   redis.call('ZREMRANGEBYRANK', key, hi - returned + 1, hi)
 end
 
@@ -108,7 +110,7 @@ end
 -- its newest unit left (an emptied set is gone). It returns that unit's
 -- time, or nil.
 local function handback()
-  unlease(0)
+  unlease()
   local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if not top[2] then return nil end
   local at = tonumber(top[2])
@@ -170,11 +172,7 @@ if n <= limit - count then
   -- more windows earlier): ZADD then moves it to now, which is the same as
   -- removing it and adding a new one.
   redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
-  if lease then
-    local added = 0
-    if back_at == now then added = n end
-    unlease(added)
-  end
+  if lease then unlease() end
   redis.call('PEXPIRE', key, math.ceil(window / 1000))
   if lease then return {granted, limit - count - n, 0, window, now} end
   return {1, limit - count - n, 0, window}
