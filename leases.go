@@ -31,17 +31,25 @@ import (
 //
 // The bound, for K instances (docs/guarantees.md, proven over K = 1..16 by
 // TestPropertyLeaseBound): each instance holds at most size−1 unspent units
-// of a key (a lease is taken by a request that spends at least 1), so
-//   - over-admission: a token bucket admits at most burst + rate·d/per +
-//     K·(size−1) in any interval d; a fixed window at most limit +
-//     K·(size−1) in any aligned window;
+// of a key (a lease is taken by a request that spends at least 1), so with
+// H = K·(size−1)
+//   - over-admission: a token bucket admits at most burst + rate·d/per + H
+//     in any interval d; a fixed window at most limit + H in any aligned
+//     window; a sliding log at most limit + H in any interval of length
+//     window; a sliding-window counter admits a request only where its own
+//     rule, applied to what was admitted and relaxed by H, admits it
+//     (⌈prev·(W−e)/W⌉ + cur <= limit + H, e into a window of W), so at most
+//     limit + H in any aligned window;
 //   - under-admission: at any moment the store is short of what the admitted
-//     requests alone would have charged by at most K·(size−1) units (the units
+//     requests alone would have charged by at most H units (the units
 //     held in leases). A unit a lease did not spend is given back at the
 //     instance's next round trip for the key, or at Close, where the strategy
 //     can take it back exactly (a token bucket: always, never above its
-//     burst; a fixed window: within the window the lease was taken in); in
-//     any case it is back when the bucket refills or the window ends.
+//     burst; a fixed window: within the window the lease was taken in; a
+//     sliding log: the lease's own units, while they are in the window; a
+//     sliding-window counter: to the count of the window the lease was
+//     taken in, while it weighs); in any case it is back when the bucket
+//     refills or the window (the counter: the next window) ends.
 //
 // Result with leases: Allowed and RetryAfter are this instance's decision;
 // Remaining is, at a round trip, the store's Remaining plus what this
@@ -59,11 +67,11 @@ import (
 // when it holds the cost, and otherwise peeks at the store. Reset drops
 // this instance's lease of the key.
 //
-// Strategies: algorithm.TokenBucket and algorithm.FixedWindow lease
-// (algorithm.Leaser); New refuses WithLeases, with ErrInvalidConfig, for a
-// strategy or store that cannot lease (the sliding log, the sliding-window
-// counter and composites, for now). size must be at least 1 and maxAge at
-// least algorithm.MinWindow.
+// Strategies: algorithm.TokenBucket, FixedWindow, SlidingWindowLog and
+// SlidingWindowCounter lease (algorithm.Leaser); New refuses WithLeases,
+// with ErrInvalidConfig, for a strategy or store that cannot lease
+// (composites, for now). size must be at least 1 and maxAge at least
+// algorithm.MinWindow.
 func WithLeases(size int64, maxAge time.Duration) Option {
 	return option(func(c *config) {
 		if size < 1 || size > algorithm.MaxInt {
@@ -83,7 +91,7 @@ func checkLeasable(s algorithm.Strategy, st store.Store) error {
 	}
 	_, ok := s.(algorithm.Leaser)
 	if sc := s.Script(); !ok || sc == nil || !sc.Leases {
-		return fmt.Errorf("%w: WithLeases: strategy %s cannot lease (algorithm.Leaser): use it without leases, or a token bucket or fixed window", ErrInvalidConfig, s.Name())
+		return fmt.Errorf("%w: WithLeases: strategy %s cannot lease (algorithm.Leaser): use it without leases, or a token bucket, fixed window, sliding log or sliding-window counter", ErrInvalidConfig, s.Name())
 	}
 	return nil
 }

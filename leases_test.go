@@ -42,12 +42,19 @@ func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t
 //     only where the counter's own rule, applied to what was admitted
 //     (spent) and relaxed by H, admits it: e µs into window i of W µs,
 //     ⌈P·(W−e)/W⌉ + C <= limit + H, with P the units admitted in window
-//     i−1 and C those admitted in window i up to and including it;
+//     i−1 and C those admitted in window i up to and including it; and in
+//     any interval of length W at most its own bound plus H,
+//     2·limit − ⌈2·limit/W⌉ + H;
 //   - under-admission: after every decision the store can still admit at
 //     least what the admitted requests alone would leave, less H (a model
-//     charges every admitted request at its time, exactly);
+//     charges every admitted request at its time, exactly); for all but
+//     the token bucket also at most that plus H;
 //   - the fair share: a round trip that admits takes from the store at most
-//     max(n, ⌊available/2⌋) units, available being what it held just before.
+//     max(n, ⌊available/2⌋) units, available being what it held just before;
+//   - the hand-back, exactly, for the sliding log and the counter: after
+//     every decision the store can admit exactly what a ledger of the
+//     leases taken (each charged at its time) and handed back (by the rule
+//     docs/guarantees.md states, restated in the ledger) leaves.
 //
 // On miniredis, the real server and the Cluster every Result must also
 // equal the one the Go rule (store.Memory) gives on the same timeline: the
@@ -202,6 +209,12 @@ func leaseOverAdmission(sc proptest.StratCase, outs []proptest.Outcome, held int
 				most, from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), sc.S.Window(), limit, held)
 		}
 	case "sliding_window_counter":
+		// The counter's own bound over any interval of length W, plus H.
+		bound := 2*limit - (2*limit+w-1)/w + held
+		if most, from, to := proptest.MaxAdmittedIn(outs, sc.S.Window()); most > bound {
+			return fmt.Sprintf("admitted %d from %s to %s, within %v: > 2·limit − ⌈2·limit/W⌉ + %d = %d",
+				most, from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), sc.S.Window(), held, bound)
+		}
 		m := newChargeModel(sc)
 		for _, o := range outs {
 			if o.Res.Allowed {

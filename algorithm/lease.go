@@ -10,7 +10,8 @@ import (
 // capacity to one instance of a fleet (fleetlimit.WithLeases): "take up to
 // k units, at least n" and "give back units that a lease did not spend", as
 // one atomic step whose Lua twin is the script's "lease" mode (see package
-// scripts). The built-in strategies implement it; a strategy
+// scripts). The token bucket, the fixed window, the sliding log and the
+// sliding-window counter implement it; a strategy
 // that does not (or whose Script does not set Leases) cannot be leased, and
 // fleetlimit.New refuses WithLeases for it.
 type Leaser interface {
