@@ -56,6 +56,12 @@ import (
 // monotonic clock's drift, parts per million). An offset between the two
 // clocks does not matter.
 //
+// With a penalty box (WithPenalty, or an algorithm.Penalize strategy: an
+// algorithm.DenialCounter), a denial that is a strike is never remembered
+// — it must reach the store to be counted — and a ban (Decision.Ban) is
+// remembered until the ban ends, not beyond: a client hammering through
+// its ban is answered from memory, exactly (TestDenialCacheBan).
+//
 // Denials by the failure policy or the fallback are not remembered; a
 // remembered denial is answered during a store outage too, as it is the
 // store's. Peek answers from the cache as AllowN does. In shadow mode a
@@ -191,8 +197,22 @@ func aged(res Result, el time.Duration) Result {
 // learn takes the store's decision res on key's request of cost n under s,
 // sent at at when the shard's epoch was epoch: a denial whose figures stand
 // still is remembered; any other decision forgets the key's entry.
-func (c *denialCache) learn(key string, s algorithm.Strategy, n int64, at time.Time, epoch uint64, res Result) {
+//
+// ban is the decision's Decision.Ban. A strategy that counts denials
+// (algorithm.DenialCounter, the penalty box) has only its bans remembered,
+// until the ban ends: a strike must reach the store to be counted, and
+// while a ban holds the key's answers only age (nothing is counted or
+// charged, Remaining is 0, the waits are at least the ban's remaining
+// time). A ban of a composite is not remembered: its members' figures do
+// not merely age.
+func (c *denialCache) learn(key string, s algorithm.Strategy, n int64, at time.Time, epoch uint64, res Result, ban time.Duration) {
 	horizon := standing(res, n)
+	if dc, ok := s.(algorithm.DenialCounter); ok && dc.CountsDenials() {
+		horizon = 0
+		if ban > 0 && res.limits == nil && !res.Allowed {
+			horizon = min(ban, res.RetryAfter)
+		}
+	}
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

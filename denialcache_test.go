@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +25,9 @@ import (
 
 // TestPropertyDenialCacheExact: on every store (memory, miniredis, and
 // under ./test.sh the real server and the Cluster), for every registered
-// algorithm and for composites, a limiter with a denial cache and one
+// algorithm, for composites and for penalty boxes (whose strikes must
+// reach the store, and whose bans may be answered from memory), a limiter
+// with a denial cache and one
 // without, fed the same single-instance timeline, answer every AllowN and
 // every Peek identically, field by field and member by member. The
 // timelines mix costs, repeat requests at one instant, reset a key halfway
@@ -56,6 +59,9 @@ func TestPropertyDenialCacheExact(t *testing.T) {
 	}
 	t.Run("all", func(t *testing.T) {
 		run(t, proptest.AllCase, false, func(b proptest.Backend) int { return max(1, b.Cases/4) })
+	})
+	t.Run("penalty", func(t *testing.T) {
+		run(t, proptest.PenaltyCase, false, func(b proptest.Backend) int { return max(1, b.Cases/4) })
 	})
 }
 
@@ -126,6 +132,89 @@ func checkDenialCache(t *testing.T, b proptest.Backend, s proptest.Scenario, tie
 	}
 	hits.Add(cached.Load())
 	return "", nil
+}
+
+// TestDenialCacheBan: with a penalty box, a denial that is a strike goes
+// to the store every time (it must be counted), and once the ban starts a
+// client hammering the key is answered from memory until the ban ends.
+func TestDenialCacheBan(t *testing.T) {
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			clock := &fakeclock.Clock{}
+			clock.Set(proptest.Epoch)
+			var by []fleetlimit.Decider
+			l, err := fleetlimit.New(algorithm.TokenBucket(1, time.Second, 1), st,
+				fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithClock(clock.Now),
+				fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { by = append(by, e.DecidedBy) })),
+				fleetlimit.WithDenialCache(10), fleetlimit.WithPenalty(3, time.Minute, 10*time.Second, time.Minute))
+			require.NoError(t, err)
+			res, err := l.Allow(bg, "u")
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			// Three strikes at one instant, each from the store: the third
+			// starts a ban of 10s.
+			for range 3 {
+				res, err = l.Allow(bg, "u")
+				require.NoError(t, err)
+				require.False(t, res.Allowed)
+			}
+			require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: 10 * time.Second, ResetAfter: 10 * time.Second}, res)
+			require.Equal(t, []fleetlimit.Decider{fleetlimit.DecidedByStore, fleetlimit.DecidedByStore,
+				fleetlimit.DecidedByStore, fleetlimit.DecidedByStore}, by, "strikes reach the store")
+			// Banned: hammering is answered from memory, the wait counting down.
+			by = nil
+			for i := 1; i <= 9; i++ {
+				clock.Set(proptest.Epoch.Add(time.Duration(i) * time.Second))
+				res, err = l.Allow(bg, "u")
+				require.NoError(t, err)
+				wait := time.Duration(10-i) * time.Second
+				require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: wait, ResetAfter: wait}, res)
+			}
+			require.Equal(t, slices.Repeat([]fleetlimit.Decider{fleetlimit.DecidedByCache}, 9), by)
+			// The ban ends: the store admits.
+			clock.Set(proptest.Epoch.Add(10 * time.Second))
+			res, err = l.Allow(bg, "u")
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+
+			// A ban shorter than the bucket's own wait: the cache answers
+			// only until the ban ends, though the request still waits;
+			// from then on each denial is a strike again and reaches the
+			// store, and two of them start the next ban, doubled.
+			slow, err := fleetlimit.New(algorithm.TokenBucket(1, 10*time.Second, 1), st,
+				fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithClock(clock.Now),
+				fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { by = append(by, e.DecidedBy) })),
+				fleetlimit.WithDenialCache(10), fleetlimit.WithPenalty(2, time.Minute, time.Second, time.Minute))
+			require.NoError(t, err)
+			start := clock.Now()
+			at := func(d time.Duration) (fleetlimit.Result, fleetlimit.Decider) {
+				clock.Set(start.Add(d))
+				by = nil
+				res, err := slow.Allow(bg, "u")
+				require.NoError(t, err)
+				require.Len(t, by, 1)
+				return res, by[0]
+			}
+			res, _ = at(0)
+			require.True(t, res.Allowed)
+			at(0)          // strike 1
+			res, _ = at(0) // strike 2: banned for 1s, the bucket's wait is 10s
+			require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: 10 * time.Second, ResetAfter: 10 * time.Second}, res)
+			_, d := at(500 * time.Millisecond)
+			require.Equal(t, fleetlimit.DecidedByCache, d, "banned")
+			res, d = at(time.Second)
+			require.Equal(t, fleetlimit.DecidedByStore, d, "the ban is over: a strike")
+			require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: 9 * time.Second, ResetAfter: 9 * time.Second}, res)
+			res, d = at(2 * time.Second)
+			require.Equal(t, fleetlimit.DecidedByStore, d, "a strike")
+			require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: 8 * time.Second, ResetAfter: 8 * time.Second}, res, "the second ban, of 2s")
+			res, d = at(3 * time.Second)
+			require.Equal(t, fleetlimit.DecidedByCache, d, "banned again")
+			require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: 7 * time.Second, ResetAfter: 7 * time.Second}, res)
+			_, d = at(4 * time.Second)
+			require.Equal(t, fleetlimit.DecidedByStore, d, "the second ban ended at 4s")
+		})
+	}
 }
 
 // The denial cache step by step, on a virtual clock: a client hammering a

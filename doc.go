@@ -19,13 +19,33 @@
 //
 // Choose the algorithm per endpoint: the sliding-window log is exact and its
 // memory grows with the limit; the token bucket is constant in memory and
-// allows bursts up to its capacity; the fixed window is the naive counter,
-// kept so that its boundary burst can be measured.
+// allows bursts up to its capacity; the sliding-window counter is constant
+// in memory and admits at most its limit per aligned window and under twice
+// it in any window-long interval (docs/guarantees.md); the fixed window is
+// the naive counter, kept so that its boundary burst can be measured
+// (docs/choosing.md compares them; go run ./cmd/compare measures them).
+//
+// Policies beyond one limit, each still one round trip per decision:
+// algorithm.All(burst, daily) admits a request only when every member does
+// and charges them all; WithStrategyFor picks a key's tier (a strategy of
+// the same algorithm and window) per decision; WithPenalty bans a key that
+// keeps being denied, with doubling bans.
+//
+// Operations on a key beside AllowN: Peek (what AllowN would answer,
+// recording nothing), Reset, Refund (give back a cost that was charged but
+// not used) and Wait / WaitN (block, in arrival order per process, until
+// admitted or ctx ends).
+//
+// Fewer round trips, with the price stated and proven (docs/leases.md,
+// docs/guarantees.md): WithDenialCache answers a repeat denial from memory
+// and is exact; WithLeases admits from a batch of units taken from the
+// store, at most K·(size−1) units over the limit for K instances.
 //
 // This package knows neither HTTP nor Redis: adapters sit on top of its
 // exported API (package httplimit puts a Limiter in front of any net/http
-// handler), and stores below it (package store: Redis through go-redis, and
-// in-process memory).
+// handler; the grpclimit and promobserver modules serve gRPC and Prometheus;
+// WithShadow measures a limit before it is enforced), and stores below it
+// (package store: Redis through go-redis, and in-process memory).
 //
 // Time is read at the edge: by default inside Redis (its TIME), so clock skew
 // between app servers cannot bend a limit; WithClock supplies a clock instead

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"reflect"
 	"sync"
 	"time"
 
@@ -43,13 +44,30 @@ import (
 //   - under-admission: at any moment the store is short of what the admitted
 //     requests alone would have charged by at most H units (the units
 //     held in leases). A unit a lease did not spend is given back at the
-//     instance's next round trip for the key, or at Close, where the strategy
-//     can take it back exactly (a token bucket: always, never above its
-//     burst; a fixed window: within the window the lease was taken in; a
-//     sliding log: the lease's own units, while they are in the window; a
-//     sliding-window counter: to the count of the window the lease was
-//     taken in, while it weighs); in any case it is back when the bucket
-//     refills or the window (the counter: the next window) ends.
+//     instance's next round trip for the key, at Close, or by the sweep
+//     within 9/8·maxAge of the lease's taking (plus a round trip) if the
+//     key goes quiet on this instance, where the strategy can take it back
+//     exactly (a token bucket: always, never above its burst; a fixed
+//     window: within the window the lease was taken in; a sliding log: the
+//     lease's own units, while they are in the window; a sliding-window
+//     counter: to the count of the window the lease was taken in, while it
+//     weighs); in any case it is back when the bucket refills or the window
+//     (the counter: the next window) ends. So a key busy
+//     elsewhere in the fleet is never starved by a quiet instance;
+//   - round trips: an instance makes a round trip for a key only when its
+//     lease cannot serve the request (none, spent below its cost, or
+//     maxAge old), and each lease takes the whole fair share, so per key
+//     and instance the round trips are at most ⌈admitted/size⌉ plus the
+//     leases that ended early (aged out, cut by the fair share, or too
+//     small for a request) plus the denials; a hot key with at least
+//     2·size units left takes one round trip per size units admitted.
+//
+// The sweep: while this limiter holds leases, a timer (one per limiter,
+// none while it holds none) hands back the units of leases maxAge old and
+// forgets them, so the limiter holds leases only of keys it saw within
+// about maxAge: memory is bounded by the keys it sees per maxAge. Ages are
+// on the limiter's clock (WithClock's, or the monotonic clock); the timer
+// runs on the process's clock.
 //
 // Result with leases: Allowed and RetryAfter are this instance's decision;
 // Remaining is, at a round trip, the store's Remaining plus what this
@@ -104,6 +122,13 @@ type leases struct {
 	exactClock bool // elapsed time in whole µs of a WithClock clock
 	seed       maphash.Seed
 	shards     [denialShards]leaseShard
+
+	// The sweep: a timer, armed while leases are held, that hands back
+	// the units of leases past maxAge (see sweepLeases).
+	sweep   func() // the limiter's sweepLeases at its clock's now
+	sweepMu sync.Mutex
+	timer   *time.Timer // guarded by sweepMu; non-nil while a sweep is due
+	manual  bool        // guarded by sweepMu; tests sweep by hand, no timer
 }
 
 type leaseShard struct {
@@ -114,6 +139,7 @@ type leaseShard struct {
 // lease is a key's lease in this instance.
 type lease struct {
 	strategy algorithm.Strategy
+	same     bool      // strategy's dynamic type is comparable: == finds it fast
 	left     int64     // units not yet spent
 	at       time.Time // when its round trip was sent (or its WithClock time)
 	storeAt  int64     // algorithm.Grant.At, to name it at the hand-back
@@ -135,22 +161,27 @@ func (ls *leases) shard(key string) *leaseShard {
 	return &ls.shards[maphash.String(ls.seed, key)%denialShards]
 }
 
+// elapsed is the age at now of a lease taken at at; a zero now is the
+// monotonic clock's now.
 func (ls *leases) elapsed(at, now time.Time) time.Duration {
 	if ls.exactClock {
 		return time.Duration(now.UnixMicro()-at.UnixMicro()) * time.Microsecond
 	}
+	if now.IsZero() {
+		return time.Since(at) // one monotonic reading, not time.Now's two
+	}
 	return now.Sub(at)
 }
 
-// spend admits a request of cost n for key under s at now from the key's
-// lease, if it holds n units and has not aged out; with dry it only says
-// what it would answer (Peek).
+// spend admits a request of cost n for key under s at now (zero: the
+// monotonic clock's now) from the key's lease, if it holds n units and has
+// not aged out; with dry it only says what it would answer (Peek).
 func (ls *leases) spend(key string, s algorithm.Strategy, n int64, now time.Time, dry bool) (Result, bool) {
 	sh := ls.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.m[key]
-	if e == nil || e.pending || e.left < n || !sameRule(e.strategy, s) {
+	if e == nil || e.pending || e.left < n || !(e.same && e.strategy == s) && !sameRule(e.strategy, s) {
 		return Result{}, false
 	}
 	el := ls.elapsed(e.at, now)
@@ -205,8 +236,9 @@ func (ls *leases) take(ctx context.Context, st store.Store, req store.Request, s
 	if err != nil || g.Units <= req.N {
 		delete(sh.m, req.Key) // nothing held (a failed hand-back is lost)
 	} else {
-		sh.m[req.Key] = &lease{strategy: req.Strategy, left: g.Units - req.N, at: sent, storeAt: g.At,
-			limit: g.Decision.Limit, reset: g.Decision.ResetAfter}
+		sh.m[req.Key] = &lease{strategy: req.Strategy, same: reflect.TypeOf(req.Strategy).Comparable(),
+			left: g.Units - req.N, at: sent, storeAt: g.At, limit: g.Decision.Limit, reset: g.Decision.ResetAfter}
+		defer ls.arm(ls.maxAge)
 	}
 	if err != nil {
 		return algorithm.Decision{}, err
@@ -228,39 +260,107 @@ func (ls *leases) forget(key string) {
 	sh.mu.Unlock()
 }
 
-// Close hands back every unspent lease this limiter holds, one round trip
-// per key, each bounded by the limiter's timeout, and returns the errors of
-// those that failed (their units return as the keys refill). Without
-// WithLeases it does nothing. The limiter stays usable: a later decision
-// takes a new lease.
-func (l *Limiter) Close() error {
-	ls := l.leases
-	if ls == nil {
-		return nil
+// arm schedules a sweep in d, unless one is due or sweeps are by hand.
+func (ls *leases) arm(d time.Duration) {
+	ls.sweepMu.Lock()
+	defer ls.sweepMu.Unlock()
+	if ls.timer == nil && !ls.manual {
+		ls.timer = time.AfterFunc(d, ls.sweep)
 	}
-	var errs []error
+}
+
+// ended removes from the map and returns the leases for which done is true
+// (none in flight), with their keys; and how soon the first lease still
+// held will age out, or -1 when none is held.
+func (ls *leases) ended(now time.Time, done func(e *lease, age time.Duration) bool) (keys []string, held []*lease, next time.Duration) {
+	next = -1
 	for i := range ls.shards {
 		sh := &ls.shards[i]
 		sh.mu.Lock()
-		var held []*lease
-		var keys []string
 		for k, e := range sh.m {
-			if !e.pending && e.left > 0 {
-				held, keys = append(held, e), append(keys, k)
+			if e.pending {
+				continue
+			}
+			age := ls.elapsed(e.at, now)
+			if done(e, age) {
 				delete(sh.m, k)
+				if e.left > 0 {
+					keys, held = append(keys, k), append(held, e)
+				}
+			} else if left := ls.maxAge - age; next < 0 || left < next {
+				next = left
 			}
 		}
 		sh.mu.Unlock()
-		for j, e := range held {
+	}
+	return keys, held, next
+}
+
+// sweepLeases hands back the unspent units of every lease of l that is at
+// least maxAge old at now (l's clock), and forgets those leases: a key that
+// goes quiet on this instance does not keep its units from the rest of the
+// fleet, and the map holds only leases younger than maxAge. While leases
+// remain it schedules the next sweep for when the first of them ages out,
+// and at least maxAge/8 later, so a lease is handed back at most
+// 9/8·maxAge after it was taken, plus the hand-back's round trip.
+func (l *Limiter) sweepLeases(now time.Time) {
+	ls := l.leases
+	ls.sweepMu.Lock()
+	ls.timer = nil // a lease taken from here on arms a timer of its own
+	ls.sweepMu.Unlock()
+	keys, held, next := ls.ended(now, func(_ *lease, age time.Duration) bool { return age >= ls.maxAge || age < 0 })
+	_ = l.handBack(keys, held) // a failed hand-back is lost: its units return as the key refills
+	if next >= 0 {
+		ls.arm(max(next, ls.maxAge/8))
+	}
+}
+
+// handBack gives the unspent units of held (the leases of keys) back to
+// the store, at most handBackConcurrency round trips at a time, each
+// bounded by the limiter's timeout, and returns the errors of those that
+// failed.
+func (l *Limiter) handBack(keys []string, held []*lease) error {
+	errs := make([]error, len(held))
+	sem := make(chan struct{}, handBackConcurrency)
+	var wg sync.WaitGroup
+	for j, e := range held {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
 			req := store.Request{Strategy: e.strategy, Prefix: l.cfg.prefix, Key: keys[j], Timeout: l.cfg.timeout}
 			if l.cfg.clock != nil {
 				req.Now = l.cfg.clock()
 			}
 			terms := algorithm.LeaseTerms{Back: e.left, BackAt: e.storeAt}
 			if _, err := l.store.(store.Leaser).Lease(context.Background(), req, terms); err != nil {
-				errs = append(errs, fmt.Errorf("fleetlimit: hand back %d units of %q: %w", e.left, keys[j], err))
+				errs[j] = fmt.Errorf("fleetlimit: hand back %d units of %q: %w", e.left, keys[j], err)
 			}
-		}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// handBackConcurrency is how many hand-backs Close and the sweep keep in
+// flight at once: enough for the Redis store to pipeline them.
+const handBackConcurrency = 16
+
+// Close hands back every unspent lease this limiter holds, one round trip
+// per key (at most 16 at a time), each bounded by the limiter's timeout,
+// and returns the errors of those that failed (their units return as the
+// keys refill). Without WithLeases it does nothing. The limiter stays
+// usable: a later decision takes a new lease.
+func (l *Limiter) Close() error {
+	ls := l.leases
+	if ls == nil {
+		return nil
+	}
+	ls.sweepMu.Lock()
+	if ls.timer != nil {
+		ls.timer.Stop()
+		ls.timer = nil
+	}
+	ls.sweepMu.Unlock()
+	keys, held, _ := ls.ended(time.Time{}, func(*lease, time.Duration) bool { return true })
+	return l.handBack(keys, held)
 }

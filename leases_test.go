@@ -102,6 +102,7 @@ type leasePlan struct {
 	Size   int64
 	MaxAge time.Duration
 	To     []int
+	Sweep  []bool // whether every instance sweeps its leases before the request
 }
 
 func planFor(s proptest.Scenario, n int) leasePlan {
@@ -113,6 +114,7 @@ func planFor(s proptest.Scenario, n int) leasePlan {
 	p.MaxAge = max(algorithm.MinWindow, []time.Duration{w / 10, w / 2, w, 3 * w}[r.Intn(4)])
 	for range n {
 		p.To = append(p.To, r.Intn(p.K))
+		p.Sweep = append(p.Sweep, r.Intn(3) == 0)
 	}
 	return p
 }
@@ -124,12 +126,13 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 	var decidedBy fleetlimit.Decider
 	obs := fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { decidedBy = e.DecidedBy }))
 	rigs := make([]*proptest.Rig, plan.K)
+	sweeps := make([]func(time.Time), plan.K)
 	for i := range rigs {
 		r, err := proptest.NewRig(st, s.Strat.S, fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithLeases(plan.Size, plan.MaxAge), obs)
 		if err != nil {
 			return "", nil, err
 		}
-		rigs[i] = r
+		rigs[i], sweeps[i] = r, fleetlimit.SweepLeasesByHand(r.Limiter())
 	}
 	exact, err := proptest.NewRig(st, s.Strat.S, fleetlimit.WithKeyPrefix(prefix))
 	if err != nil {
@@ -137,15 +140,38 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 	}
 	held := int64(plan.K) * (plan.Size - 1)
 	model := newChargeModel(s.Strat)
-	ledger := newLeaseLedger(s.Strat, plan.K)
+	ledger := newLeaseLedger(s.Strat)
+	leases := make([]map[string]*heldLease, plan.K) // each instance's leases, as observed
+	for i := range leases {
+		leases[i] = map[string]*heldLease{}
+	}
+	live := func(l *heldLease, at time.Time) bool {
+		age := at.Sub(l.at)
+		return l != nil && l.left > 0 && age >= 0 && age < plan.MaxAge
+	}
 	var outs []proptest.Outcome
 	for i, ev := range evs {
+		if plan.Sweep[i] {
+			for j, r := range rigs {
+				r.SetClock(ev.At)
+				sweeps[j](ev.At)
+				for k, l := range leases[j] {
+					if !live(l, ev.At) {
+						ledger.giveBack(k, l, ev.At)
+						delete(leases[j], k) // handed back
+					}
+				}
+			}
+		}
 		peek, err := exact.Peek(proptest.Event{At: ev.At, Key: ev.Key, N: 1})
 		if err != nil {
 			return "", nil, err
 		}
 		before := available(peek)
-		res, err := rigs[plan.To[i]].At(ev)
+		inst := plan.To[i]
+		mine := leases[inst][ev.Key]
+		couldServe := mine != nil && live(mine, ev.At) && mine.left >= ev.N
+		res, err := rigs[inst].At(ev)
 		if err != nil {
 			return "", nil, err
 		}
@@ -155,23 +181,71 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		}
 		after := available(peek)
 		where := fmt.Sprintf("request %d (%q n=%d at +%v) to instance %d of %d, leases of %d for %v, %v",
-			i, ev.Key, ev.N, ev.At.Sub(s.Base), plan.To[i], plan.K, plan.Size, plan.MaxAge, decidedBy)
+			i, ev.Key, ev.N, ev.At.Sub(s.Base), inst, plan.K, plan.Size, plan.MaxAge, decidedBy)
 		if res.Allowed {
 			model.charge(ev)
 		}
-		if res.Allowed && decidedBy == fleetlimit.DecidedByStore {
-			if took := before - after; took > max(ev.N, before/2) {
+		switch decidedBy {
+		case fleetlimit.DecidedByLease:
+			// Served in process: only from a live lease that holds n.
+			if !couldServe {
+				return fmt.Sprintf("%s: admitted from a lease, but the instance's lease (%+v) cannot serve it", where, mine), outs, nil
+			}
+			if mine.left -= ev.N; res.Remaining != mine.left {
+				return fmt.Sprintf("%s: Remaining %d, but the lease holds %d", where, res.Remaining, mine.left), outs, nil
+			}
+		case fleetlimit.DecidedByStore:
+			// The round-trip bound: a round trip only when the lease cannot
+			// serve the request.
+			if couldServe {
+				return fmt.Sprintf("%s: a round trip while the instance's lease (%+v) held the cost", where, mine), outs, nil
+			}
+			ledger.giveBack(ev.Key, mine, ev.At)
+			delete(leases[inst], ev.Key) // handed back, or (a tier change) dropped
+			if !res.Allowed {
+				break
+			}
+			// The units the lease took: what it reports beyond the store's.
+			took := res.Remaining - after + ev.N
+			ledger.add(ev.Key, ev.At, took)
+			if took > max(ev.N, plan.Size) {
+				return fmt.Sprintf("%s: a lease took %d, more than max(n, size)", where, took), outs, nil
+			}
+			// The fair share, both ways: at most max(n, ⌊available/2⌋) net
+			// of the hand-back, and (a hand-back only adds) at least the
+			// share of what was available before it.
+			if net := before - after; net > max(ev.N, before/2) {
 				return fmt.Sprintf("%s: the store went from %d to %d available: a lease took %d, more than the fair share max(n, %d)",
-					where, before, after, took, before/2), outs, nil
+					where, before, after, net, before/2), outs, nil
+			}
+			if least := min(max(ev.N, plan.Size), max(ev.N, before/2)); took < least {
+				return fmt.Sprintf("%s: a lease took %d of %d available, less than the fair share %d", where, took, before, least), outs, nil
+			}
+			if took > ev.N {
+				leases[inst][ev.Key] = &heldLease{left: took - ev.N, at: ev.At}
+			}
+		default:
+			return fmt.Sprintf("%s: decided by %v with the store up", where, decidedBy), outs, nil
+		}
+		// Under-admission: the store is short of what the admitted
+		// requests alone would leave by at most the units held in leases
+		// as observed (at most H).
+		var inLeases int64
+		for j := range leases {
+			if l := leases[j][ev.Key]; l != nil {
+				inLeases += l.left
 			}
 		}
-		if floor := model.available(ev.Key, ev.At) - held; after < floor {
+		if inLeases > held {
+			return fmt.Sprintf("%s: the fleet holds %d units in leases, more than K·(size−1) = %d", where, inLeases, held), outs, nil
+		}
+		if floor := model.available(ev.Key, ev.At) - inLeases; after < floor {
 			return fmt.Sprintf("%s: the store can admit %d, less than the %d the admitted requests leave minus %d held in leases",
-				where, after, floor+held, held), outs, nil
+				where, after, floor+inLeases, inLeases), outs, nil
 		}
 		if ledger != nil {
-			if msg := ledger.step(plan.To[i], ev, res, decidedBy, after); msg != "" {
-				return where + ": " + msg, outs, nil
+			if want := max(0, ledger.available(ev.Key, ev.At)); after != want {
+				return fmt.Sprintf("%s: the store can admit %d; by the leases taken and handed back it should be %d", where, after, want), outs, nil
 			}
 		}
 		if ceiling := model.available(ev.Key, ev.At) + held; s.Strat.Name != "token_bucket" && after > ceiling {
@@ -231,61 +305,25 @@ func leaseOverAdmission(sc proptest.StratCase, outs []proptest.Outcome, held int
 	return ""
 }
 
-// leaseLedger restates what the store must hold for a sliding log or a
-// counter, from what the test sees: every lease's units charged at its
-// time, and each instance's unspent units of a key given back by the
-// strategy's hand-back rule at its next round trip for that key. A round
-// trip that admits n took g = Remaining − (the store's Remaining after it)
-// + n units: the Result's Remaining is the store's plus what the lease
-// still holds.
-type leaseLedger struct {
-	store *chargeModel
-	held  []map[string]heldLease // per instance, per key
-}
-
-type heldLease struct {
-	at   time.Time
-	left int64
-}
-
-func newLeaseLedger(sc proptest.StratCase, k int) *leaseLedger {
+// newLeaseLedger restates what the store must hold for a sliding log or a
+// counter (nil for another strategy), from what the test observes: every
+// lease's units charged at its time (add), and the units an instance's
+// lease did not spend given back by the strategy's hand-back rule
+// (giveBack) at its next round trip for the key or at the sweep that finds
+// it maxAge old.
+func newLeaseLedger(sc proptest.StratCase) *chargeModel {
 	if sc.Name != "sliding_window_log" && sc.Name != "sliding_window_counter" {
 		return nil
 	}
-	l := &leaseLedger{store: newChargeModel(sc), held: make([]map[string]heldLease, k)}
-	for i := range l.held {
-		l.held[i] = map[string]heldLease{}
-	}
-	return l
+	return newChargeModel(sc)
 }
 
-// step records ev's outcome res at instance inst, decided by by, after which
-// the store can admit after, and reports where the store disagrees with
-// the ledger, or "".
-func (l *leaseLedger) step(inst int, ev proptest.Event, res fleetlimit.Result, by fleetlimit.Decider, after int64) string {
-	held := l.held[inst]
-	switch by {
-	case fleetlimit.DecidedByLease:
-		h := held[ev.Key]
-		h.left -= ev.N
-		held[ev.Key] = h
-	case fleetlimit.DecidedByStore:
-		if h, ok := held[ev.Key]; ok && h.left > 0 {
-			l.store.giveBack(ev.Key, h.at, ev.At, h.left)
-		}
-		delete(held, ev.Key)
-		if res.Allowed {
-			g := res.Remaining - after + ev.N
-			l.store.add(ev.Key, ev.At, g)
-			if g > ev.N {
-				held[ev.Key] = heldLease{at: ev.At, left: g - ev.N}
-			}
-		}
-	}
-	if want := max(0, l.store.available(ev.Key, ev.At)); after != want {
-		return fmt.Sprintf("the store can admit %d; by the leases taken and handed back it should be %d", after, want)
-	}
-	return ""
+// heldLease is an instance's lease of a key as the test observes it: the
+// units it holds (a round trip's Remaining beyond the store's, less what
+// was spent since) and when it was taken.
+type heldLease struct {
+	left int64
+	at   time.Time
 }
 
 // available is the whole units a key can still admit, from a peek at a
@@ -343,8 +381,11 @@ func (m *chargeModel) window(at time.Time) (idx, e int64) {
 
 func (m *chargeModel) charge(ev proptest.Event) { m.add(ev.Key, ev.At, ev.N) }
 
-// add charges n units to key at at.
+// add charges n units to key at at; on a nil model it does nothing.
 func (m *chargeModel) add(key string, at time.Time, n int64) {
+	if m == nil {
+		return
+	}
 	switch m.sc.Name {
 	case "token_bucket":
 		d := m.refill(key, at)
@@ -360,12 +401,17 @@ func (m *chargeModel) add(key string, at time.Time, n int64) {
 	}
 }
 
-// giveBack is a lease's hand-back at now, by the rule docs/guarantees.md
-// states, restated independently: n units of a lease of key taken at at
-// come off what was charged then — a sliding log's units of that instant
+// giveBack is the hand-back at now of l, a lease of key, by the rule
+// docs/guarantees.md states, restated independently: its l.left units come
+// off what was charged at l.at — a sliding log's units of that instant
 // while they are live, a counter's count of that window while it is the
-// current or the previous one — at most to 0.
-func (m *chargeModel) giveBack(key string, at, now time.Time, n int64) {
+// current or the previous one — at most to 0. On a nil model, or for no
+// lease, it does nothing.
+func (m *chargeModel) giveBack(key string, l *heldLease, now time.Time) {
+	if m == nil || l == nil || l.left <= 0 {
+		return
+	}
+	at, n := l.at, l.left
 	idx, _ := m.window(at)
 	nowIdx, _ := m.window(now)
 	switch m.sc.Name {
@@ -764,5 +810,81 @@ func BenchmarkLeases(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkLeaseLocalPath: a decision served from a lease, the path that
+// makes no round trip: one key, a lease of 2^20 units of a bucket that
+// never runs out, memory store, no observer, 1 goroutine.
+func BenchmarkLeaseLocalPath(b *testing.B) {
+	l, err := fleetlimit.New(algorithm.TokenBucket(1_000_000_000, time.Second, 1_000_000_000), stores.Memory(b),
+		fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithLeases(1<<20, time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := l.Allow(bg, "hot")
+		if err != nil || !res.Allowed {
+			b.Fatalf("%+v, %v", res, err)
+		}
+	}
+}
+
+// TestLeaseSweepReturnsStrandedUnits: an instance that takes leases and
+// then goes quiet does not keep their units from the fleet: its sweep
+// (the real timer, judging ages by the limiter's clock — here a virtual
+// one, so that nothing ages before the test says) hands them back once
+// they are maxAge old and forgets the leases, so a limiter that has seen
+// many keys holds no lease of a key it has not seen for maxAge.
+func TestLeaseSweepReturnsStrandedUnits(t *testing.T) {
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			p := redistest.Prefix()
+			clock := &fakeclock.Clock{}
+			clock.Set(proptest.Epoch)
+			const maxAge = 20 * time.Millisecond
+			quiet, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(clock.Now),
+				fleetlimit.WithTimeout(proptest.Timeout), fleetlimit.WithLeases(8, maxAge))
+			require.NoError(t, err)
+			exact, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(clock.Now),
+				fleetlimit.WithTimeout(proptest.Timeout))
+			require.NoError(t, err)
+			avail := func(key string) int64 {
+				res, err := exact.Peek(bg, key, 1)
+				require.NoError(t, err)
+				return available(res)
+			}
+			keys := make([]string, 200)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("k%d", i)
+				res, err := quiet.Allow(bg, keys[i])
+				require.NoError(t, err)
+				require.True(t, res.Allowed)
+			}
+			time.Sleep(3 * maxAge) // the timer fires, on the virtual clock nothing is old
+			require.Equal(t, 200, fleetlimit.LeasesHeld(quiet))
+			for _, k := range keys {
+				require.Equal(t, int64(10-5), avail(k), "%s: the lease took min(8, max(1, ⌊10/2⌋)) = 5", k)
+			}
+			clock.Set(proptest.Epoch.Add(maxAge)) // every lease is maxAge old: the next sweep returns them
+			require.Eventually(t, func() bool {
+				for _, k := range keys {
+					if avail(k) != 10-1 {
+						return false
+					}
+				}
+				return true
+			}, 20*time.Second, time.Millisecond, "the 4 unspent units of each lease are back")
+			require.Equal(t, 0, fleetlimit.LeasesHeld(quiet), "the sweep forgets every lease maxAge old")
+			// The limiter stays usable, and a new lease arms a new sweep.
+			res, err := quiet.Allow(bg, keys[0])
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			require.Equal(t, 1, fleetlimit.LeasesHeld(quiet))
+			clock.Set(proptest.Epoch.Add(2 * maxAge))
+			require.Eventually(t, func() bool { return avail(keys[0]) == 10-2 }, 20*time.Second, time.Millisecond)
+			require.Equal(t, 0, fleetlimit.LeasesHeld(quiet))
+		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"reflect"
 	"strings"
 	"time"
 
@@ -217,7 +216,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
 	}
-	if v := reflect.ValueOf(st); v.Kind() == reflect.Pointer && v.IsNil() {
+	if isNil(st) {
 		return nil, fmt.Errorf("%w: nil %T store", ErrInvalidConfig, st)
 	}
 	cfg := defaults(s)
@@ -242,9 +241,6 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	}
 	l := &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}, sleep: sleepReal}
 	if cfg.denialKeys > 0 {
-		if cfg.penalty != nil {
-			return nil, fmt.Errorf("%w: WithDenialCache with WithPenalty: the penalty box counts denials, and a denial answered from the cache would not be counted", ErrInvalidConfig)
-		}
 		l.denials = newDenialCache(cfg.denialKeys, cfg.clock != nil)
 	}
 	if cfg.leaseSize > 0 {
@@ -252,6 +248,13 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 			return nil, err
 		}
 		l.leases = newLeases(cfg.leaseSize, cfg.leaseMaxAge, cfg.clock != nil)
+		l.leases.sweep = func() {
+			var now time.Time // the monotonic clock's
+			if l.cfg.clock != nil {
+				now = l.cfg.clock()
+			}
+			l.sweepLeases(now)
+		}
 	}
 	if err := claimKeys(l); err != nil {
 		return nil, err
@@ -400,14 +403,10 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 			return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 		}
 	}
-	var sent time.Time // with a denial cache or leases: when the request is sent
-	if l.denials != nil || l.leases != nil {
-		if sent = req.Now; sent.IsZero() {
-			sent = time.Now()
-		}
-	}
 	for ls := l.leases; ls != nil; {
-		if res, ok := ls.spend(key, req.Strategy, n, sent, l.peeking); ok {
+		// req.Now is zero without WithClock: spend reads the monotonic
+		// clock, once.
+		if res, ok := ls.spend(key, req.Strategy, n, req.Now, l.peeking); ok {
 			return res, outcome(DecidedByLease), nil
 		}
 		ready := ls.inFlight(key)
@@ -419,6 +418,10 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 		case <-ctx.Done():
 			return l.callerGone(key, ctx.Err())
 		}
+	}
+	sent := req.Now // with a denial cache or leases: when the request is sent
+	if sent.IsZero() && (l.denials != nil || l.leases != nil) {
+		sent = time.Now()
 	}
 	var epoch uint64
 	if dc := l.denials; dc != nil {
@@ -468,7 +471,11 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	}
 	res := resultOf(req.Strategy, d)
 	if dc := l.denials; dc != nil {
-		dc.learn(key, req.Strategy, n, sent, epoch, res)
+		ban := d.Ban()
+		if l.peeking {
+			ban = 0 // a peek's ban may be one it would start: none is remembered
+		}
+		dc.learn(key, req.Strategy, n, sent, epoch, res, ban)
 	}
 	if err := ctx.Err(); err != nil {
 		return l.callerGone(key, err)

@@ -209,6 +209,12 @@ func (st *penaltyState) Clone() State {
 	return &c
 }
 
+// CountsDenials is true: a denial that is not a ban is a strike (see
+// DenialCounter).
+func (s *penalized) CountsDenials() bool { return true }
+
+var _ DenialCounter = (*penalized)(nil)
+
 // Penalty modes, as the Lua twin's reply states them.
 const (
 	penaltyNone    = 0 // the inner decision stands
@@ -319,6 +325,7 @@ func penaltyDecision(d Decision, mode, wait int64) Decision {
 	}
 	d.Allowed = false
 	d.Remaining = 0
+	d.ban = duration(wait)
 	d.RetryAfter = max(d.RetryAfter, duration(wait))
 	d.ResetAfter = max(d.ResetAfter, duration(wait))
 	return d

@@ -48,7 +48,23 @@ type Decision struct {
 	// further traffic; 0 when it already is. Redis keys expire after it.
 	ResetAfter time.Duration
 
-	members *[]Decision // see Members; a pointer keeps Decision comparable
+	members *[]Decision   // see Members; a pointer keeps Decision comparable
+	ban     time.Duration // see Ban
+}
+
+// Ban is how much longer the key is banned when d is a penalty box's
+// (Penalize) denial made by a ban, or by the denial that starts one; 0
+// otherwise. While a ban holds, the key's decisions change only with time:
+// a banned request is not counted and charges nothing.
+func (d Decision) Ban() time.Duration { return d.ban }
+
+// DenialCounter is implemented by strategies whose state a denial changes,
+// such as Penalize, which counts denials toward a ban. A denial of theirs
+// is not a read-only answer: unless it is a ban (Decision.Ban), a repeat of
+// the request must reach the store to be counted, and cannot be answered
+// from memory (fleetlimit.WithDenialCache).
+type DenialCounter interface {
+	CountsDenials() bool
 }
 
 // Members returns each member's decision, in order, when d is a

@@ -13,6 +13,12 @@
 //	fleetlimit_store_errors_total{limiter, cause}    counter
 //	    cause: timeout, circuit-open, closed, rejected, unavailable
 //	fleetlimit_breaker_state{limiter}                gauge: 0 closed, 1 half-open, 2 open
+//	fleetlimit_local_decisions_total{limiter, by}    counter: decisions made with no round trip
+//	    by: lease (fleetlimit.WithLeases), cache (fleetlimit.WithDenialCache)
+//
+// Round trips saved: local decisions are counted in decisions_total too, so
+// rate(local_decisions_total) / rate(decisions_total) is the share of
+// decisions that made no round trip to the store.
 //
 // An outcome is the decision as made: a shadow limiter's "would deny" is
 // outcome denied (and a shadow admission). Degraded outcomes are decisions
@@ -64,6 +70,7 @@ type Observer struct {
 	shadow      *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
+	local       *prometheus.CounterVec
 	breaker     *prometheus.Desc
 
 	limiters sync.Map // name -> *limiterMetrics
@@ -77,6 +84,7 @@ type limiterMetrics struct {
 	admittedCost, deniedCost prometheus.Counter
 	shadow                   prometheus.Counter
 	latency                  prometheus.Observer
+	byLease, byCache         prometheus.Counter
 	breaker                  atomic.Pointer[fleetlimit.Breaker]
 }
 
@@ -113,10 +121,14 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 			Name: "fleetlimit_store_errors_total",
 			Help: "Decisions the store did not make, by limiter and cause (timeout, circuit-open, closed, rejected, unavailable).",
 		}, []string{"limiter", "cause"}),
+		local: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetlimit_local_decisions_total",
+			Help: "Rate-limit decisions made in process with no round trip to the store, by limiter and by what made them (lease, cache).",
+		}, []string{"limiter", "by"}),
 		breaker: prometheus.NewDesc("fleetlimit_breaker_state",
 			"State of the limiter's circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"limiter"}, nil),
 	}
-	for _, c := range []prometheus.Collector{o.decisions, o.cost, o.shadow, o.latency, o.storeErrors, breakerCollector{o}} {
+	for _, c := range []prometheus.Collector{o.decisions, o.cost, o.shadow, o.latency, o.storeErrors, o.local, breakerCollector{o}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("promobserver: %w", err)
 		}
@@ -150,6 +162,12 @@ func (o *Observer) Observe(e fleetlimit.Event) {
 		m.shadow.Inc()
 	}
 	m.latency.Observe(e.Latency.Seconds())
+	switch e.DecidedBy {
+	case fleetlimit.DecidedByLease:
+		m.byLease.Inc()
+	case fleetlimit.DecidedByCache:
+		m.byCache.Inc()
+	}
 	if e.Degraded() && e.DecidedBy != fleetlimit.DecidedByCaller {
 		o.storeErrors.WithLabelValues(e.Name, cause(e.Err)).Inc()
 	}
@@ -165,6 +183,8 @@ func (o *Observer) metricsOf(e fleetlimit.Event) *limiterMetrics {
 			deniedCost:   o.cost.WithLabelValues(e.Name, "denied"),
 			shadow:       o.shadow.WithLabelValues(e.Name),
 			latency:      o.latency.WithLabelValues(e.Name),
+			byLease:      o.local.WithLabelValues(e.Name, "lease"),
+			byCache:      o.local.WithLabelValues(e.Name, "cache"),
 		}
 		for i, name := range outcomeNames {
 			m.outcomes[i] = o.decisions.WithLabelValues(e.Name, name)

@@ -2,6 +2,7 @@ package promobserver_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -144,6 +145,20 @@ func TestObserverScrape(t *testing.T) {
 				require.True(t, res.Allowed)
 			}
 
+			// leased: 8 of 8 with leases of 4 and a denial cache. Leases of
+			// 4, 2, 1 and 1 (the fair share of 8, 4, 2 and 1 left): 4 of the 8
+			// admissions are from a lease; then a denial from the store, and
+			// its repeat from the cache.
+			leased, err := fleetlimit.New(algorithm.FixedWindow(8, time.Minute), st, fleetlimit.WithName("leased"),
+				fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine), fleetlimit.WithObserver(obs), clock,
+				fleetlimit.WithLeases(4, time.Hour), fleetlimit.WithDenialCache(8))
+			require.NoError(t, err)
+			for i := range 10 {
+				res, err := leased.Allow(bg, "alice")
+				require.NoError(t, err)
+				require.Equal(t, i < 8, res.Allowed, "request %d", i)
+			}
+
 			got, body := scrape(t, reg)
 			require.NotContains(t, body, "alice", "the client's key is never a label")
 			want := map[string]float64{
@@ -193,6 +208,24 @@ func TestObserverScrape(t *testing.T) {
 				`fleetlimit_shadow_admissions_total{limiter="rollout"}`:                    2,
 				`fleetlimit_decision_duration_seconds_count{limiter="rollout"}`:            5,
 				`fleetlimit_breaker_state{limiter="rollout"}`:                              0,
+
+				`fleetlimit_decisions_total{limiter="leased",outcome="allowed"}`:          8,
+				`fleetlimit_decisions_total{limiter="leased",outcome="denied"}`:           2,
+				`fleetlimit_decisions_total{limiter="leased",outcome="degraded-allowed"}`: 0,
+				`fleetlimit_decisions_total{limiter="leased",outcome="degraded-denied"}`:  0,
+				`fleetlimit_decisions_total{limiter="leased",outcome="caller-gone"}`:      0,
+				`fleetlimit_cost_total{limiter="leased",result="admitted"}`:               8,
+				`fleetlimit_cost_total{limiter="leased",result="denied"}`:                 2,
+				`fleetlimit_shadow_admissions_total{limiter="leased"}`:                    0,
+				`fleetlimit_decision_duration_seconds_count{limiter="leased"}`:            10,
+				`fleetlimit_breaker_state{limiter="leased"}`:                              0,
+				`fleetlimit_local_decisions_total{by="lease",limiter="leased"}`:           4,
+				`fleetlimit_local_decisions_total{by="cache",limiter="leased"}`:           1,
+			}
+			for _, name := range []string{"api", "login", "search", "rollout"} {
+				for _, by := range []string{"lease", "cache"} {
+					want[fmt.Sprintf(`fleetlimit_local_decisions_total{by=%q,limiter=%q}`, by, name)] = 0
+				}
 			}
 			for series, v := range want {
 				require.Contains(t, got, series, "series missing from the scrape:\n%s", body)

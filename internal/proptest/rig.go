@@ -108,3 +108,9 @@ func RunScenario(st store.Store, s Scenario) ([]Outcome, error) {
 	}
 	return r.Run(s.Events())
 }
+
+// Limiter is the rig's limiter.
+func (r *Rig) Limiter() *fleetlimit.Limiter { return r.lim }
+
+// SetClock sets the rig's clock to at.
+func (r *Rig) SetClock(at time.Time) { r.clock.Set(at) }

@@ -44,6 +44,7 @@ func Run(t *testing.T, open Open) {
 		{"OddKeys", testOddKeys},
 		{"Concurrent", testConcurrent},
 		{"Reset", testReset},
+		{"RefundAndLeaseMatchGoRule", testRefundAndLeaseMatchGoRule},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {
@@ -119,6 +120,61 @@ func testMatchesGoRule(t *testing.T, s store.Store) {
 			noError(t, err)
 			got := decide(t, s, store.Request{Strategy: strat, Prefix: p, Key: "k", N: n, Now: now})
 			equal(t, want, got, "%s step %d at %v n=%d", e.Name, i, now.Sub(T0), n)
+		}
+	}
+}
+
+// testRefundAndLeaseMatchGoRule: for every registered algorithm, on a
+// deterministic timeline that interleaves decisions with refunds (when the
+// store is a store.Refunder and the algorithm an algorithm.Refunder whose
+// script refunds) and with leases that give units back and take more (when
+// the store is a store.Leaser and the algorithm an algorithm.Leaser whose
+// script leases), every answer of the store equals the strategy's Go rule
+// applied to a fresh state.
+func testRefundAndLeaseMatchGoRule(t *testing.T, s store.Store) {
+	const limit, window = 8, time.Minute
+	ctx := context.Background()
+	rf, storeRefunds := s.(store.Refunder)
+	ls, storeLeases := s.(store.Leaser)
+	for _, e := range algorithm.Registry() {
+		strat := e.New(limit, window)
+		sc := strat.Script()
+		refunder, refunds := strat.(algorithm.Refunder)
+		refunds = refunds && storeRefunds && (sc == nil || sc.Refunds)
+		leaser, leases := strat.(algorithm.Leaser)
+		leases = leases && storeLeases && (sc == nil || sc.Leases)
+		if !refunds && !leases {
+			continue
+		}
+		st := strat.NewState()
+		p := prefix()
+		now := T0
+		var lastAt int64
+		for i := range 150 {
+			now = now.Add(time.Duration((i*7919)%11) * time.Second).Add(time.Duration(i%7) * time.Millisecond)
+			n := int64(i%3 + 1)
+			req := store.Request{Strategy: strat, Prefix: p, Key: "k", N: n, Now: now}
+			where := fmt.Sprintf("%s step %d at %v n=%d", e.Name, i, now.Sub(T0), n)
+			switch {
+			case i%4 == 1 && refunds:
+				want, err := refunder.Refund(st, now, n)
+				noError(t, err, where)
+				got, err := rf.Refund(ctx, req)
+				noError(t, err, where)
+				equal(t, want, got, "%s: refund", where)
+			case i%4 == 3 && leases:
+				terms := algorithm.LeaseTerms{Want: 5, Back: int64(i % 3), BackAt: lastAt}
+				want, err := leaser.Lease(st, now, n, terms)
+				noError(t, err, where)
+				got, err := ls.Lease(ctx, req, terms)
+				noError(t, err, where)
+				equal(t, want, got, "%s: lease %+v", where, terms)
+				lastAt = got.At
+			default:
+				want, err := strat.Decide(st, now, n)
+				noError(t, err, where)
+				equal(t, want, decide(t, s, req), "%s: decide", where)
+			}
 		}
 	}
 }

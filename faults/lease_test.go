@@ -1,0 +1,66 @@
+package faults_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
+)
+
+// Leases through an outage of a real redis-server (SIGKILL), under each
+// policy: the instance spends the lease it holds, with no error, then the
+// policy decides (its Result, an error wrapping ErrStoreUnavailable); Close
+// cannot hand back and says so, within the timeout; once the server is
+// back, the limiter takes new leases on its own.
+func TestLeasesThroughAnOutage(t *testing.T) {
+	for _, policy := range policies {
+		t.Run(policy.String(), func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			c := srv.Client()
+			defer func() { _ = c.Close() }()
+			var by []fleetlimit.Decider
+			l := newLimiter(t, algorithm.FixedWindow(100, time.Hour), stores.Redis(t, c),
+				fleetlimit.WithLeases(10, time.Hour), fleetlimit.WithFailurePolicy(policy),
+				fleetlimit.WithTimeout(200*time.Millisecond), fleetlimit.WithoutBreaker(),
+				fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { by = append(by, e.DecidedBy) })))
+			for _, key := range []string{"spent", "held"} {
+				res, err := l.Allow(bg, key)
+				require.NoError(t, err)
+				require.True(t, res.Allowed)
+			}
+			srv.Kill()
+			by = nil
+			for i := range 9 {
+				res, err := l.Allow(bg, "spent")
+				require.NoError(t, err, "unit %d of the lease", i)
+				require.Equal(t, fleetlimit.Result{Allowed: true, Limit: 100, Remaining: int64(8 - i), ResetAfter: res.ResetAfter}, res)
+			}
+			res, err := l.Allow(bg, "spent")
+			require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable)
+			require.Equal(t, degraded(policy, 100).Allowed, res.Allowed)
+			require.Equal(t, append(slices.Repeat([]fleetlimit.Decider{fleetlimit.DecidedByLease}, 9), fleetlimit.DecidedByPolicy), by)
+			err = l.Close()
+			require.Error(t, err, "the held lease cannot be handed back")
+			require.Contains(t, err.Error(), `hand back 9 units of "held"`)
+
+			srv.Restart()
+			require.Eventually(t, func() bool {
+				res, err := l.Allow(bg, "again")
+				return err == nil && res.Allowed
+			}, 20*time.Second, 50*time.Millisecond)
+			by = nil
+			res, err = l.Allow(bg, "again")
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			require.Equal(t, []fleetlimit.Decider{fleetlimit.DecidedByLease}, by, "a new lease")
+			require.False(t, errors.Is(l.Close(), fleetlimit.ErrStoreUnavailable))
+		})
+	}
+}
