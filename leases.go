@@ -32,19 +32,27 @@ import (
 //
 // The bound, for K instances (docs/guarantees.md, proven over K = 1..16 by
 // TestPropertyLeaseBound): each instance holds at most size−1 unspent units
-// of a key (a lease is taken by a request that spends at least 1), so
-//   - over-admission: a token bucket admits at most burst + rate·d/per +
-//     K·(size−1) in any interval d; a fixed window at most limit +
-//     K·(size−1) in any aligned window;
+// of a key (a lease is taken by a request that spends at least 1), so with
+// H = K·(size−1)
+//   - over-admission: a token bucket admits at most burst + rate·d/per + H
+//     in any interval d; a fixed window at most limit + H in any aligned
+//     window; a sliding log at most limit + H in any interval of length
+//     window; a sliding-window counter admits a request only where its own
+//     rule, applied to what was admitted and relaxed by H, admits it
+//     (⌈prev·(W−e)/W⌉ + cur <= limit + H, e into a window of W), so at most
+//     limit + H in any aligned window;
 //   - under-admission: at any moment the store is short of what the admitted
-//     requests alone would have charged by at most K·(size−1) units (the units
+//     requests alone would have charged by at most H units (the units
 //     held in leases). A unit a lease did not spend is given back at the
 //     instance's next round trip for the key, at Close, or by the sweep
 //     within 9/8·maxAge of the lease's taking (plus a round trip) if the
 //     key goes quiet on this instance, where the strategy can take it back
 //     exactly (a token bucket: always, never above its burst; a fixed
-//     window: within the window the lease was taken in); in any case it is
-//     back when the bucket refills or the window ends. So a key busy
+//     window: within the window the lease was taken in; a sliding log: the
+//     lease's own units, while they are in the window; a sliding-window
+//     counter: to the count of the window the lease was taken in, while it
+//     weighs); in any case it is back when the bucket refills or the window
+//     (the counter: the next window) ends. So a key busy
 //     elsewhere in the fleet is never starved by a quiet instance;
 //   - round trips: an instance makes a round trip for a key only when its
 //     lease cannot serve the request (none, spent below its cost, or
@@ -77,18 +85,18 @@ import (
 // when it holds the cost, and otherwise peeks at the store. Reset drops
 // this instance's lease of the key.
 //
-// Strategies: algorithm.TokenBucket and algorithm.FixedWindow lease
-// (algorithm.Leaser), and so do composites (algorithm.All) of leasing
-// members — a lease hands back to every member and takes the fair share of
-// the tightest member's units from all of them, so each member meets its
-// own bound above — and penalty boxes (WithPenalty) around a leasing
-// strategy, where a lease round trip the strategy denies counts toward a
-// ban as a denied decision does, and a ban denies at the next round trip
-// (requests served from a lease held before it are admissions). A
-// composite's Limits, at a round trip, are its members' store figures,
-// without the lease; from a lease, Limits is empty. New refuses
-// WithLeases, with ErrInvalidConfig, for a strategy or store that cannot
-// lease (the sliding log and the sliding-window counter, for now, and a
+// Strategies: algorithm.TokenBucket, FixedWindow, SlidingWindowLog and
+// SlidingWindowCounter lease (algorithm.Leaser), and so do composites
+// (algorithm.All) of leasing members — a lease hands back to every member
+// and takes the fair share of the tightest member's units from all of
+// them, so each member meets its own bound above — and penalty boxes
+// (WithPenalty) around a leasing strategy, where a lease round trip the
+// strategy denies counts toward a ban as a denied decision does, and a ban
+// denies at the next round trip (requests served from a lease held before
+// it are admissions). A composite's Limits, at a round trip, are its
+// members' store figures, without the lease; from a lease, Limits is empty.
+// New refuses WithLeases, with ErrInvalidConfig, for a strategy or store
+// that cannot lease (a strategy that is not an algorithm.Leaser, or a
 // composite with such a member). size must be at least 1 and maxAge at
 // least algorithm.MinWindow.
 func WithLeases(size int64, maxAge time.Duration) Option {
@@ -110,7 +118,7 @@ func checkLeasable(s algorithm.Strategy, st store.Store) error {
 	}
 	_, ok := s.(algorithm.Leaser)
 	if sc := s.Script(); !ok || sc == nil || !sc.Leases {
-		return fmt.Errorf("%w: WithLeases: strategy %s cannot lease (algorithm.Leaser): use it without leases, or a token bucket or fixed window", ErrInvalidConfig, s.Name())
+		return fmt.Errorf("%w: WithLeases: strategy %s cannot lease (algorithm.Leaser): use it without leases, or a token bucket, fixed window, sliding log or sliding-window counter", ErrInvalidConfig, s.Name())
 	}
 	return nil
 }

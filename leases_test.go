@@ -32,16 +32,31 @@ func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t
 // TestPropertyLeaseBound: K = 1..16 instances, each a limiter with leases
 // of a random size (1 to 64) and max age, share one store (memory,
 // miniredis, the real server, the Cluster) and decide a generated timeline
-// on a virtual clock, each request sent to a random instance. For the token
-// bucket and the fixed window it asserts the bound of docs/guarantees.md
+// on a virtual clock, each request sent to a random instance. For each
+// leasing registry strategy it asserts the bound of docs/guarantees.md
 // exactly as written, with H = K·(size−1) the most units the fleet holds in
 // leases of one key:
 //   - over-admission: a token bucket admits at most burst + rate·d/per + H
 //     in any interval d; a fixed window at most limit + H in any aligned
-//     window;
+//     window; a sliding log at most limit + H in any interval of length W
+//     (sliding, not aligned); a sliding-window counter admits each request
+//     only where the counter's own rule, applied to what was admitted
+//     (spent) and relaxed by H, admits it: e µs into window i of W µs,
+//     ⌈P·(W−e)/W⌉ + C <= limit + H, with P the units admitted in window
+//     i−1 and C those admitted in window i up to and including it; and in
+//     any interval of length W at most its own bound plus H,
+//     2·limit − ⌈2·limit/W⌉ + H;
 //   - under-admission: after every decision the store can still admit at
-//     least what the admitted requests alone would leave, less H (a model
-//     charges every admitted request at its time, exactly);
+//     least what the admitted requests alone would leave, less the units
+//     observed in leases (at most H; a model charges every admitted request
+//     at its time, exactly); for all but the token bucket also at most that
+//     plus H;
+//   - the hand-back, exactly, for a sliding log or counter on its own:
+//     after every decision the store can admit exactly what a ledger of
+//     the leases taken (each charged at its time) and handed back (by the
+//     rule docs/guarantees.md states, restated in the ledger) leaves;
+//   - round trips: a round trip only when the instance's lease cannot
+//     serve the request, and every lease takes its whole fair share;
 //   - the fair share: a round trip that admits takes from the store at most
 //     max(n, ⌊available/2⌋) units, available being what it held just before
 //     (asserted as: it took at most max(n, what it left), which is the same
@@ -51,10 +66,10 @@ func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t
 // each member's bound with the same H, and a round trip takes from every
 // member at most max(n, ⌊A/2⌋), A the tightest member's available units
 // after the hand-back (asserted as: it took from each at most max(n, what
-// it left in the tightest)). Penalty boxes (around a leasing registry strategy or such a
-// composite) meet the inner strategy's bounds: a ban only denies; the
-// under-admission is asserted at the moments the key is not banned (a ban
-// withholds what the store holds, on purpose).
+// it left in the tightest)). Penalty boxes (around a leasing registry
+// strategy or such a composite) meet the inner strategy's bounds: a ban
+// only denies; the under-admission is asserted at the moments the key is
+// not banned (a ban withholds what the store holds, on purpose).
 //
 // On miniredis, the real server and the Cluster every Result must also
 // equal the one the Go rule (store.Memory) gives on the same timeline: the
@@ -62,7 +77,7 @@ func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t
 func TestPropertyLeaseBound(t *testing.T) {
 	mem := proptest.Memory(t)
 	leasing := leasingEntries(t)
-	for _, name := range []string{"token_bucket", "fixed_window", "all", "penalty"} {
+	for _, name := range []string{"token_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter", "all", "penalty"} {
 		t.Run(name, func(t *testing.T) {
 			for _, b := range leaseBackends(t) {
 				t.Run(b.Name, func(t *testing.T) {
@@ -195,6 +210,7 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 	for i, p := range parts {
 		models[i] = newChargeModel(p)
 	}
+	ledger := newLeaseLedger(s.Strat) // nil but for a sliding log or counter on its own
 	_, penalized := s.Strat.S.(interface{ Unwrap() algorithm.Strategy })
 	leases := make([]map[string]*heldLease, plan.K) // each instance's leases, as observed
 	for i := range leases {
@@ -212,6 +228,7 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 				sweeps[j](ev.At)
 				for k, l := range leases[j] {
 					if !live(l, ev.At) {
+						ledger.giveBack(k, l, ev.At)
 						delete(leases[j], k) // handed back
 					}
 				}
@@ -263,6 +280,7 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 			if couldServe {
 				return fmt.Sprintf("%s: a round trip while the instance's lease (%+v) held the cost", where, mine), outs, nil
 			}
+			ledger.giveBack(ev.Key, mine, ev.At)
 			delete(leases[inst], ev.Key) // handed back, or (a tier change) dropped
 			if !res.Allowed {
 				break
@@ -270,6 +288,7 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 			// The units the lease took: what it reports beyond the store's
 			// (a composite reports its tightest member's).
 			took := res.Remaining - tightAfter + ev.N
+			ledger.add(ev.Key, ev.At, took)
 			if took > max(ev.N, plan.Size) {
 				return fmt.Sprintf("%s: a lease took %d, more than max(n, size)", where, took), outs, nil
 			}
@@ -313,6 +332,15 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 			if floor := m.available(ev.Key, ev.At) - inLeases; after[j] < floor {
 				return fmt.Sprintf("%s: the store (part %d, %s) can admit %d, less than the %d the admitted requests leave minus %d held in leases",
 					where, j, parts[j].Desc, after[j], floor+inLeases, inLeases), outs, nil
+			}
+			if ceiling := m.available(ev.Key, ev.At) + held; parts[j].Name != "token_bucket" && after[j] > ceiling {
+				return fmt.Sprintf("%s: the store (part %d, %s) can admit %d, more than the %d the admitted requests leave plus %d held in leases",
+					where, j, parts[j].Desc, after[j], ceiling-held, held), outs, nil
+			}
+		}
+		if ledger != nil {
+			if want := max(0, ledger.available(ev.Key, ev.At)); after[0] != want {
+				return fmt.Sprintf("%s: the store can admit %d; by the leases taken and handed back it should be %d", where, after[0], want), outs, nil
 			}
 		}
 	}
@@ -370,26 +398,63 @@ func checkClosed(s proptest.Scenario, evs []proptest.Event, rigs []*proptest.Rig
 	return "", nil
 }
 
-// leaseBound checks the over-admission bound of docs/guarantees.md for the
-// strategy of sc over the admitted requests of outs, H = held.
+// leaseBound reports where the admitted requests of outs (in time order)
+// exceed the over-admission bound of docs/guarantees.md for the strategy of
+// sc, H = held (see TestPropertyLeaseBound), or "".
 func leaseBound(sc proptest.StratCase, outs []proptest.Outcome, held int64) string {
+	limit, w := sc.S.Limit(), sc.S.Window().Microseconds()
 	switch sc.Name {
 	case "token_bucket":
 		return proptest.TokenBucketBound(outs, sc.Rate, sc.Per, sc.Burst+held)
 	case "fixed_window":
-		w := sc.S.Window().Microseconds()
 		count := map[string]int64{}
 		for _, o := range outs {
 			if o.Res.Allowed {
 				k := fmt.Sprintf("%s/%d", o.Key, o.At.UnixMicro()/w)
-				if count[k] += o.N; count[k] > sc.S.Limit()+held {
-					return fmt.Sprintf("aligned window %s admitted %d > limit %d + %d", k, count[k], sc.S.Limit(), held)
+				if count[k] += o.N; count[k] > limit+held {
+					return fmt.Sprintf("aligned window %s admitted %d > limit %d + %d", k, count[k], limit, held)
 				}
 			}
 		}
-		return ""
+	case "sliding_window_log":
+		if most, from, to := proptest.MaxAdmittedIn(outs, sc.S.Window()); most > limit+held {
+			return fmt.Sprintf("admitted %d from %s to %s, within %v: > limit %d + %d",
+				most, from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), sc.S.Window(), limit, held)
+		}
+	case "sliding_window_counter":
+		// The counter's own bound over any interval of length W, plus H.
+		bound := 2*limit - (2*limit+w-1)/w + held
+		if most, from, to := proptest.MaxAdmittedIn(outs, sc.S.Window()); most > bound {
+			return fmt.Sprintf("admitted %d from %s to %s, within %v: > 2·limit − ⌈2·limit/W⌉ + %d = %d",
+				most, from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), sc.S.Window(), held, bound)
+		}
+		m := newChargeModel(sc)
+		for _, o := range outs {
+			if o.Res.Allowed {
+				m.charge(o.Event)
+				if est := limit - m.available(o.Key, o.At); est > limit+held {
+					return fmt.Sprintf("request %q n=%d at %s: the estimate of what was admitted is %d > limit %d + %d",
+						o.Key, o.N, o.At.Format(time.RFC3339Nano), est, limit, held)
+				}
+			}
+		}
+	default:
+		return "no lease bound for " + sc.Name
 	}
-	return "no lease bound for " + sc.Name
+	return ""
+}
+
+// newLeaseLedger restates what the store must hold for a sliding log or a
+// counter (nil for another strategy), from what the test observes: every
+// lease's units charged at its time (add), and the units an instance's
+// lease did not spend given back by the strategy's hand-back rule
+// (giveBack) at its next round trip for the key or at the sweep that finds
+// it maxAge old.
+func newLeaseLedger(sc proptest.StratCase) *chargeModel {
+	if sc.Name != "sliding_window_log" && sc.Name != "sliding_window_counter" {
+		return nil
+	}
+	return newChargeModel(sc)
 }
 
 // heldLease is an instance's lease of a key as the test observes it: the
@@ -416,11 +481,13 @@ type chargeModel struct {
 	sc    proptest.StratCase
 	debt  map[string]*big.Rat // token bucket: tokens owed
 	last  map[string]time.Time
-	count map[string]int64 // fixed window: key/window -> units
+	count map[string]int64           // fixed window, counter: key/window -> units
+	log   map[string]map[int64]int64 // sliding log: key -> µs -> units admitted then
 }
 
 func newChargeModel(sc proptest.StratCase) *chargeModel {
-	return &chargeModel{sc: sc, debt: map[string]*big.Rat{}, last: map[string]time.Time{}, count: map[string]int64{}}
+	return &chargeModel{sc: sc, debt: map[string]*big.Rat{}, last: map[string]time.Time{}, count: map[string]int64{},
+		log: map[string]map[int64]int64{}}
 }
 
 func (m *chargeModel) refill(key string, at time.Time) *big.Rat {
@@ -440,28 +507,96 @@ func (m *chargeModel) refill(key string, at time.Time) *big.Rat {
 	return d
 }
 
-func (m *chargeModel) windowKey(key string, at time.Time) string {
-	return fmt.Sprintf("%s/%d", key, at.UnixMicro()/m.sc.S.Window().Microseconds())
+func (m *chargeModel) windowKey(key string, idx int64) string {
+	return fmt.Sprintf("%s/%d", key, idx)
 }
 
-func (m *chargeModel) charge(ev proptest.Event) {
-	if m.sc.Name == "token_bucket" {
-		d := m.refill(ev.Key, ev.At)
-		d.Add(d, big.NewRat(ev.N, 1))
+// window is the index of the aligned window at holds, and how many µs into
+// it at is.
+func (m *chargeModel) window(at time.Time) (idx, e int64) {
+	w := m.sc.S.Window().Microseconds()
+	return at.UnixMicro() / w, at.UnixMicro() % w
+}
+
+func (m *chargeModel) charge(ev proptest.Event) { m.add(ev.Key, ev.At, ev.N) }
+
+// add charges n units to key at at; on a nil model it does nothing.
+func (m *chargeModel) add(key string, at time.Time, n int64) {
+	if m == nil {
 		return
 	}
-	m.count[m.windowKey(ev.Key, ev.At)] += ev.N
+	switch m.sc.Name {
+	case "token_bucket":
+		d := m.refill(key, at)
+		d.Add(d, big.NewRat(n, 1))
+	case "sliding_window_log":
+		if m.log[key] == nil {
+			m.log[key] = map[int64]int64{}
+		}
+		m.log[key][at.UnixMicro()] += n
+	default:
+		idx, _ := m.window(at)
+		m.count[m.windowKey(key, idx)] += n
+	}
+}
+
+// giveBack is the hand-back at now of l, a lease of key, by the rule
+// docs/guarantees.md states, restated independently: its l.left units come
+// off what was charged at l.at — a sliding log's units of that instant
+// while they are live, a counter's count of that window while it is the
+// current or the previous one — at most to 0. On a nil model, or for no
+// lease, it does nothing.
+func (m *chargeModel) giveBack(key string, l *heldLease, now time.Time) {
+	if m == nil || l == nil || l.left <= 0 {
+		return
+	}
+	at, n := l.at, l.left
+	idx, _ := m.window(at)
+	nowIdx, _ := m.window(now)
+	switch m.sc.Name {
+	case "sliding_window_log":
+		if now.Sub(at) < m.sc.S.Window() {
+			m.log[key][at.UnixMicro()] -= min(n, m.log[key][at.UnixMicro()])
+		}
+	case "sliding_window_counter":
+		if idx == nowIdx || idx == nowIdx-1 {
+			k := m.windowKey(key, idx)
+			m.count[k] -= min(n, m.count[k])
+		}
+	default:
+		panic("no hand-back model for " + m.sc.Name)
+	}
 }
 
 // available is the whole units the model leaves at at (negative when it
 // has charged past the capacity).
 func (m *chargeModel) available(key string, at time.Time) int64 {
-	if m.sc.Name == "token_bucket" {
+	limit := m.sc.S.Limit()
+	idx, e := m.window(at)
+	switch m.sc.Name {
+	case "token_bucket":
 		left := new(big.Rat).Sub(big.NewRat(m.sc.Burst, 1), m.refill(key, at))
 		q := new(big.Int).Div(left.Num(), left.Denom()) // floor, Euclidean for a positive denominator
 		return q.Int64()
+	case "sliding_window_log":
+		// Units admitted at or before at − W have left the window.
+		live := limit
+		for us, n := range m.log[key] {
+			if at.Sub(time.UnixMicro(us)) < m.sc.S.Window() {
+				live -= n
+			}
+		}
+		return live
+	case "sliding_window_counter":
+		// The counter's estimate: the previous window's count weighted by
+		// the share of it [at − W, at) still covers, rounded up, plus the
+		// current window's.
+		w := m.sc.S.Window().Microseconds()
+		prev := big.NewRat(m.count[m.windowKey(key, idx-1)]*(w-e), w)
+		weighted := new(big.Int).Div(new(big.Int).Add(prev.Num(), new(big.Int).Sub(prev.Denom(), big.NewInt(1))), prev.Denom())
+		return limit - m.count[m.windowKey(key, idx)] - weighted.Int64()
 	}
-	return m.sc.S.Limit() - m.count[m.windowKey(key, at)]
+	return limit - m.count[m.windowKey(key, idx)]
 }
 
 // Leases step by step on a virtual clock: the fair share, the hand-back at
@@ -527,8 +662,6 @@ func TestWithLeasesRejects(t *testing.T) {
 		opts []fleetlimit.Option
 		what string
 	}{
-		{algorithm.SlidingWindowLog(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
-		{algorithm.SlidingWindowCounter(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
 		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
 		{noLease{algorithm.FixedWindow(10, time.Second)}, []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second)}, "cannot lease"},
 		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second)}, "cannot lease"},
@@ -596,6 +729,125 @@ func TestLeaseHandBackStaysInItsWindow(t *testing.T) {
 			peek, err := exact.Peek(bg, "u", 1)
 			require.NoError(t, err)
 			require.Equal(t, int64(3), available(peek))
+		})
+	}
+}
+
+// leaseRig is a leasing limiter and an exact one of strategy s over one key
+// prefix of st, on one virtual clock.
+type leaseRig struct {
+	clock         *fakeclock.Clock
+	leased, exact *fleetlimit.Limiter
+}
+
+func newLeaseRig(t *testing.T, st store.Store, s algorithm.Strategy, start time.Time, size int64, maxAge time.Duration) *leaseRig {
+	t.Helper()
+	r := &leaseRig{clock: &fakeclock.Clock{}}
+	r.clock.Set(start)
+	p := redistest.Prefix()
+	newLim := func(opts ...fleetlimit.Option) *fleetlimit.Limiter {
+		l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{
+			fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(r.clock.Now), fleetlimit.WithTimeout(proptest.Timeout)}, opts...)...)
+		require.NoError(t, err)
+		return l
+	}
+	r.leased, r.exact = newLim(fleetlimit.WithLeases(size, maxAge)), newLim()
+	return r
+}
+
+// at sets the clock to start + d.
+func (r *leaseRig) at(start time.Time, d time.Duration) { r.clock.Set(start.Add(d)) }
+
+// allow admits n through l, failing t if it is denied.
+func (r *leaseRig) allow(t *testing.T, l *fleetlimit.Limiter, n int64) {
+	t.Helper()
+	res, err := l.AllowN(bg, "u", n)
+	require.NoError(t, err)
+	require.True(t, res.Allowed, "%+v", res)
+}
+
+// available is what the key can still admit, by the exact limiter's peek.
+func (r *leaseRig) available(t *testing.T) int64 {
+	t.Helper()
+	res, err := r.exact.Peek(bg, "u", 1)
+	require.NoError(t, err)
+	return available(res)
+}
+
+// A sliding log takes back only the units of the lease being handed back
+// (those admitted at its instant), never newer units that other requests
+// were charged, and only while they still count.
+func TestSlidingLogLeaseHandBack(t *testing.T) {
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			t0 := proptest.Epoch
+			r := newLeaseRig(t, st, algorithm.SlidingWindowLog(10, time.Hour), t0, 4, time.Minute)
+			r.allow(t, r.leased, 1) // a lease of min(4, max(1, 10/2)) = 4 at t0, 3 unspent
+			r.at(t0, time.Second)
+			r.allow(t, r.exact, 2) // 2 newer units: 4 available
+			require.Equal(t, int64(4), r.available(t))
+			// The lease has aged out: the next request hands back its 3
+			// units of t0 (7 available) and leases min(4, max(1, 7/2)) = 3.
+			r.at(t0, time.Minute)
+			r.allow(t, r.leased, 1)
+			require.Equal(t, int64(4), r.available(t))
+			// An hour after t0 its one spent unit has left the window; the
+			// 2 units of t0+1s and the lease of 3 at t0+1m still count. Had
+			// the hand-back taken the 3 newest units instead (2 of them
+			// not the lease's), 7 would be available.
+			r.at(t0, time.Hour)
+			require.Equal(t, int64(10-2-3), r.available(t))
+			// Close hands back the 2 unspent units of t0+1m, and only them.
+			require.NoError(t, r.leased.Close())
+			require.Equal(t, int64(10-2-1), r.available(t))
+			// A lease whose units have left the window gives back nothing:
+			// a lease at t0+1h (of max(1, 7/2) = 3, 2 unspent) is handed
+			// back at t0+2h, after the 2 units of t0+1h+1s that must stay.
+			r.allow(t, r.leased, 1)
+			r.at(t0, time.Hour+time.Second)
+			r.allow(t, r.exact, 2)
+			r.at(t0, 2*time.Hour+time.Second/2) // the lease's units have gone
+			require.NoError(t, r.leased.Close())
+			require.Equal(t, int64(10-2), r.available(t))
+		})
+	}
+}
+
+// A sliding-window counter takes a lease's unspent units back off the
+// count of the window the lease was taken in: the current one's, or the
+// previous one's while it still weighs; never another window's.
+func TestCounterLeaseHandBack(t *testing.T) {
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			edge := proptest.EdgeAfter(proptest.Epoch, time.Hour)
+			r := newLeaseRig(t, st, algorithm.SlidingWindowCounter(10, time.Hour), edge, 4, time.Minute)
+			// Window i: a lease of 4 at 6 minutes before its end, 3 unspent.
+			r.at(edge, 54*time.Minute)
+			r.allow(t, r.leased, 1)
+			// 6 minutes into window i+1 the lease (aged out) hands back its
+			// 3 to window i's count, which weighs 54/60 here: prev 4 → 1,
+			// weighing ⌈54/60⌉ = 1; 9 available; a lease of min(4, 4) = 4.
+			// (Kept in prev, its 3 would weigh ⌈4·54/60⌉ = 4: 6 available.)
+			r.at(edge, time.Hour+6*time.Minute)
+			r.allow(t, r.leased, 1)
+			require.Equal(t, int64(10-1-4), r.available(t))
+			// A refund takes the current window's 4 off (the lease's, as it
+			// happens); the hand-back of its 3 then finds nothing left in
+			// window i+1 and must not spill onto window i's 1 (a refund
+			// would): 9 available, a lease of min(4, 4) = 4.
+			_, err := r.exact.Refund(bg, "u", 4)
+			require.NoError(t, err)
+			require.Equal(t, int64(9), r.available(t))
+			r.at(edge, time.Hour+8*time.Minute)
+			r.allow(t, r.leased, 1)
+			require.Equal(t, int64(9-4), r.available(t))
+			// Two windows later window i+1's count weighs nothing: the
+			// lease's 3 are not given back to the count of window i+3.
+			r.at(edge, 3*time.Hour)
+			r.allow(t, r.exact, 6)
+			require.Equal(t, int64(4), r.available(t))
+			require.NoError(t, r.leased.Close())
+			require.Equal(t, int64(4), r.available(t))
 		})
 	}
 }

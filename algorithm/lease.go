@@ -1,16 +1,20 @@
 package algorithm
 
-import "time"
+import (
+	"cmp"
+	"slices"
+	"time"
+)
 
 // Leaser is implemented by strategies that can lend part of a key's
 // capacity to one instance of a fleet (fleetlimit.WithLeases): "take up to
 // k units, at least n" and "give back units that a lease did not spend", as
 // one atomic step whose Lua twin is the script's "lease" mode (see package
-// scripts). The token bucket and the fixed window implement it, and so do
-// All and Penalize, by their members' or inner strategy's lease rules (a
-// composite leases when all its members do); a strategy that does not (or
-// whose Script does not set Leases) cannot be leased, and fleetlimit.New
-// refuses WithLeases for it.
+// scripts). The token bucket, the fixed window, the sliding log and the
+// sliding-window counter implement it, and so do All and Penalize, by their
+// members' or inner strategy's lease rules (a composite leases when all its
+// members do); a strategy that does not (or whose Script does not set
+// Leases) cannot be leased, and fleetlimit.New refuses WithLeases for it.
 type Leaser interface {
 	// Lease first gives terms.Back units back to st, where the strategy
 	// can take them back exactly (see each strategy), then takes a lease:
@@ -65,6 +69,8 @@ type LeaseReplier interface {
 var (
 	_ Leaser       = (*tokenBucket)(nil)
 	_ Leaser       = (*fixedWindow)(nil)
+	_ Leaser       = (*slidingWindowLog)(nil)
+	_ Leaser       = (*slidingWindowCounter)(nil)
 	_ Leaser       = (*all)(nil)
 	_ Leaser       = (*penalized)(nil)
 	_ LeaseReplier = (*all)(nil)
@@ -113,6 +119,83 @@ func (s *fixedWindow) Lease(state State, now time.Time, n int64, terms LeaseTerm
 		count = st.count
 	}
 	available := max(0, s.limit-count)
+	if terms.Want == 0 {
+		return Grant{Decision: Decision{Limit: s.limit, Remaining: available}, At: t}, nil
+	}
+	return grant(s, st, now, t, n, s.limit, available, terms.Want)
+}
+
+// Lease gives back (see Leaser) only the earlier lease's own units: up to
+// terms.Back of the units admitted at terms.BackAt, the instant that lease
+// was stamped at, while they are still live. Units admitted at one instant
+// are interchangeable (they leave the window together), so which of them
+// go does not matter; newer units, which other requests were charged, are
+// never touched, and units that have left the window are gone already.
+// Time is judged as Decide judges it (never behind the key's newest
+// admission), once, before the hand-back: the lease is stamped at that
+// time even if the hand-back removed the newest units.
+func (s *slidingWindowLog) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
+	st, ok := state.(*slidingLogState)
+	if !ok {
+		return Grant{}, ErrStateType
+	}
+	if s.window <= 0 || s.limit <= 0 {
+		return Grant{}, s.Validate()
+	}
+	t, _ := s.evict(st, now)
+	if terms.Back > 0 {
+		st.unlog(terms.BackAt, terms.Back)
+	}
+	available := max(0, s.limit-st.count)
+	if terms.Want == 0 {
+		return Grant{Decision: Decision{Limit: s.limit, Remaining: available}, At: t}, nil
+	}
+	return grant(s, st, time.UnixMicro(t), t, n, s.limit, available, terms.Want)
+}
+
+// unlog removes up to n of the live units admitted at (µs), and no
+// others. Requires that expired units have been evicted.
+func (st *slidingLogState) unlog(at, n int64) {
+	live := st.log[st.head:]
+	i, found := slices.BinarySearchFunc(live, at, func(e logEntry, at int64) int { return cmp.Compare(e.at, at) })
+	if !found {
+		return
+	}
+	k := min(n, live[i].n)
+	live[i].n -= k
+	st.count -= k
+	if live[i].n == 0 {
+		st.log = slices.Delete(st.log, st.head+i, st.head+i+1)
+	}
+	if st.head == len(st.log) {
+		st.log, st.head = st.log[:0], 0
+	}
+}
+
+// Lease gives back (see Leaser) to the count of the window the earlier
+// lease was taken in, at most to 0: the current window's count, or the
+// previous window's while it still weighs in the estimate. Only that
+// window's count is lowered (a refund would go on to the previous one):
+// the lease's unspent units were charged there and nowhere else. Units of
+// a lease two or more windows old weigh nothing and are not given back.
+// The key keeps its window index, as after a Refund.
+func (s *slidingWindowCounter) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
+	st, idx, e, prev, cur, err := s.view(state, now)
+	if err != nil {
+		return Grant{}, err
+	}
+	w := s.window
+	if terms.Back > 0 && st.full != 0 {
+		switch floorDiv(terms.BackAt, w) {
+		case idx:
+			cur -= min(terms.Back, cur)
+		case idx - 1:
+			prev -= min(terms.Back, prev)
+		}
+		st.keep(idx, prev, cur, w)
+	}
+	t := idx*w + e
+	available := max(0, s.limit-cur-s.weighted(prev, w-e))
 	if terms.Want == 0 {
 		return Grant{Decision: Decision{Limit: s.limit, Remaining: available}, At: t}, nil
 	}

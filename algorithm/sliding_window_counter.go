@@ -9,7 +9,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var slidingWindowCounterScript = builtin(NewScript("swc", scripts.SlidingWindowCounter()))
+var slidingWindowCounterScript = leasable(builtin(NewScript("swc", scripts.SlidingWindowCounter())))
 
 // SlidingWindowCounter returns the sliding-window counter: the sliding-window
 // log's rule applied to an estimate, in constant memory.
@@ -235,11 +235,7 @@ func (s *slidingWindowCounter) Refund(state State, now time.Time, n int64) (Deci
 	cur -= k
 	prev -= min(n-k, prev)
 	if st.full != 0 {
-		st.index, st.prev, st.cur = idx, prev, cur
-		st.full = (idx + 1) * w
-		if cur > 0 {
-			st.full += w
-		}
+		st.keep(idx, prev, cur, w)
 	}
 	room := s.limit - cur
 	return Decision{
@@ -248,6 +244,18 @@ func (s *slidingWindowCounter) Refund(state State, now time.Time, n int64) (Deci
 		Remaining:  max(0, room-s.weighted(prev, w-e)),
 		ResetAfter: duration(resetAfter(w, e, prev, cur)),
 	}, nil
+}
+
+// keep stores counts lowered by a refund or a lease's hand-back, in window
+// idx of w µs: the key stays until its counts weigh nothing (the end of
+// this window, or of the next while cur > 0), keeping its window index so
+// that a clock behind still cannot reopen an earlier window.
+func (st *slidingCounterState) keep(idx, prev, cur, w int64) {
+	st.index, st.prev, st.cur = idx, prev, cur
+	st.full = (idx + 1) * w
+	if cur > 0 {
+		st.full += w
+	}
 }
 
 // mulDiv returns ⌊a*b/c⌋ and a*b mod c, exactly, for a, b >= 0 and c > 0

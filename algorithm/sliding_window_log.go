@@ -9,7 +9,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var slidingWindowLogScript = builtin(NewScript("sl", scripts.SlidingWindowLog()))
+var slidingWindowLogScript = leasable(builtin(NewScript("sl", scripts.SlidingWindowLog())))
 
 // MaxLogLimit is the largest limit SlidingWindowLog accepts: at a million
 // units a key's log holds up to a million sorted-set members (~100 MB) and

@@ -162,8 +162,9 @@ type Script struct {
 	// does not. Default (NewScript): false.
 	Refunds bool
 	// Leases reports that Source honours the calling convention's lease
-	// mode (see package scripts and Leaser). The token bucket's and the
-	// fixed window's do. Default (NewScript): false.
+	// mode (see package scripts and Leaser). The token bucket's, the fixed
+	// window's, the sliding log's and the sliding-window counter's do.
+	// Default (NewScript): false.
 	Leases bool
 }
 

@@ -9,8 +9,12 @@
 -- ARGV[3]  limit, the most units the estimate may reach
 -- ARGV[4]  window, in microseconds
 -- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
---              refund: take n off the counts, newest first (below)
--- Returns {allowed, remaining, retry_after_us, reset_after_us}.
+--              refund: take n off the counts, newest first (below); "lease"
+--              on a lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back,
+--              want: take back off the count of the window back_at is in
+--              (below), then take a lease (below and algorithm.Leaser)
+-- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
+-- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
 -- Windows are [i*window, (i+1)*window) since the Unix epoch. e microseconds
 -- into window i the estimate of the units admitted in [now - window, now) is
@@ -73,6 +77,7 @@ end
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
+local lease = ARGV[#ARGV] == 'lease'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
@@ -110,19 +115,43 @@ if v then
   end
 end
 
-if refund and v then
-  -- Refund: n comes off the current window's count first, then what is
-  -- left of it off the previous window's, which still weighs; a count two
-  -- windows old weighs nothing and is not touched. The key keeps its
-  -- window index (so that a clock behind still cannot reopen an earlier
-  -- window) until its counts weigh nothing.
-  local k = math.min(n, cur)
-  cur = cur - k
-  prev = prev - math.min(n - k, prev)
+-- keep writes counts lowered by a refund or a lease's hand-back. The key
+-- keeps its window index (so that a clock behind still cannot reopen an
+-- earlier window) until its counts weigh nothing.
+local function keep()
   local ttl = window - e
   if cur > 0 then ttl = ttl + window end
   redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur),
     'PX', math.ceil(ttl / 1000))
+end
+
+if refund and v then
+  -- Refund: n comes off the current window's count first, then what is
+  -- left of it off the previous window's, which still weighs; a count two
+  -- windows old weighs nothing and is not touched.
+  local k = math.min(n, cur)
+  cur = cur - k
+  prev = prev - math.min(n - k, prev)
+  keep()
+end
+
+-- A lease first gives back the earlier lease's unspent units, to the count
+-- of the window it was taken in only (that is where they were charged):
+-- the current window's, or the previous one's while it still weighs. A
+-- lease two or more windows old weighs nothing and is not given back.
+local lowered = false
+if lease then
+  local back = tonumber(ARGV[#ARGV - 2])
+  if v and back > 0 then
+    lowered = true
+    local back_at = tonumber(ARGV[#ARGV - 3])
+    local bidx = (back_at - math.fmod(back_at, window)) / window
+    if bidx == idx then
+      cur = cur - math.min(back, cur)
+    elseif bidx == idx - 1 then
+      prev = prev - math.min(back, prev)
+    end
+  end
 end
 
 -- x is how much of window idx-1 is still inside [now - window, now), 1 to
@@ -148,6 +177,23 @@ local remaining = 0
 if room > weighted then remaining = room - weighted end
 if refund then return {1, remaining, 0, reset} end
 
+-- The lowered counts are written once: by the admission's SET below, or
+-- by keep when nothing is admitted.
+local granted = n
+if lease then
+  -- The fair share: at most half of what the key has left, unless n alone
+  -- needs more; never more than want (see algorithm.Leaser).
+  local want = tonumber(ARGV[#ARGV - 1])
+  if want == 0 then
+    if lowered then keep() end
+    return {0, remaining, 0, 0, now}
+  end
+  if n <= limit and n <= remaining then
+    granted = math.min(want, math.max(n, math.floor(remaining / 2)))
+  end
+  n = granted
+end
+
 if n <= limit and room >= 0 and n <= room - weighted then
   -- The count weighs until the end of the next window: the key is full again
   -- 2*window - e from now, and expires then.
@@ -155,8 +201,10 @@ if n <= limit and room >= 0 and n <= room - weighted then
     redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur + n),
       'PX', math.ceil((2 * window - e) / 1000))
   end
+  if lease then return {granted, room - weighted - n, 0, 2 * window - e, now} end
   return {1, room - weighted - n, 0, 2 * window - e}
 end
+if lowered then keep() end
 
 local retry
 if n > limit then
@@ -174,4 +222,5 @@ else
   -- to the largest x'' with cur*x'' <= (limit - n)*window (x'' < window).
   retry = x + window - muldiv(limit - n, window, cur)
 end
+if lease then return {0, remaining, retry, reset, now} end
 return {0, remaining, retry, reset}

@@ -7,8 +7,13 @@
 -- ARGV[3]  limit, the most units admitted in any interval of length window
 -- ARGV[4]  window, in microseconds
 -- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
---              refund: remove the n newest live units (below)
--- Returns {allowed, remaining, retry_after_us, reset_after_us}.
+--              refund: remove the n newest live units (below); "lease" on a
+--              lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want:
+--              remove up to back live units admitted at back_at (the
+--              earlier lease's, and no others), then take a lease (below
+--              and algorithm.Leaser)
+-- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
+-- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
 -- A unit admitted at t counts against [t, t+window) and is evicted once
 -- now - window >= t. Denied requests are not recorded, so a client hammering
@@ -25,6 +30,7 @@
 local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
+local lease = ARGV[#ARGV] == 'lease'
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
@@ -79,6 +85,63 @@ if refund then
   return {1, math.max(0, limit - count), 0, reset}
 end
 
+-- A lease first gives back the earlier lease's unspent units: up to back
+-- of the live units admitted at back_at (units of one instant are
+-- interchangeable; newer ones were charged by other requests and are not
+-- touched). They are only counted out here, and removed after the
+-- admission's ZADD (by unlease), so that the ZADD stays the first write
+-- (see the top).
+local granted, back_at, returned = n, 0, 0
+
+-- unlease removes the returned units: the last ones, in the set's order,
+-- scored back_at, which have the highest seq of that instant (see the
+-- member names below), so that its units stay numbered 1, 2, ... When
+-- back_at is now, the admission's units, just added, are among them: units
+-- of one instant are interchangeable. Call it after the expired units are
+-- removed, so that ranks count live units only. Neither command grows
+-- memory, so a full Redis still takes it.
+local function unlease()
+  if returned == 0 then return end
+  local hi = redis.call('ZCOUNT', key, '-inf', string.format('%d', back_at)) - 1
+  redis.call('ZREMRANGEBYRANK', key, hi - returned + 1, hi)
+end
+
+-- handback is unlease when nothing is admitted: the key's TTL then follows
+-- its newest unit left (an emptied set is gone). It returns that unit's
+-- time, or nil.
+local function handback()
+  unlease()
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if not top[2] then return nil end
+  local at = tonumber(top[2])
+  redis.call('PEXPIRE', key, math.ceil((at + window - now) / 1000))
+  return at
+end
+
+if lease then
+  back_at = tonumber(ARGV[#ARGV - 3])
+  local back = tonumber(ARGV[#ARGV - 2])
+  if back > 0 and back_at > now - window then
+    local at = string.format('%d', back_at)
+    returned = math.min(back, redis.call('ZCOUNT', key, at, at))
+  end
+  count = count - returned
+  local want = tonumber(ARGV[#ARGV - 1])
+  local available = math.max(0, limit - count)
+  if want == 0 then
+    -- Only a hand-back (Close): admit nothing.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+    if returned > 0 then handback() end
+    return {0, available, 0, 0, now}
+  end
+  -- The fair share: at most half of what the key has left, unless n alone
+  -- needs more; never more than want (see algorithm.Leaser).
+  if n <= limit and n <= available then
+    granted = math.min(want, math.max(n, math.floor(available / 2)))
+  end
+  n = granted
+end
+
 -- n <= limit - count, not count + n <= limit: the sum of two doubles can
 -- round (at a limit near 2^53), the difference cannot.
 if n <= limit - count then
@@ -109,13 +172,16 @@ if n <= limit - count then
   -- more windows earlier): ZADD then moves it to now, which is the same as
   -- removing it and adding a new one.
   redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+  if lease then unlease() end
   redis.call('PEXPIRE', key, math.ceil(window / 1000))
+  if lease then return {granted, limit - count - n, 0, window, now} end
   return {1, limit - count - n, 0, window}
 end
 
 -- Denied. The expired units go (except on a peek); the lookups below skip
 -- them either way.
 if not peek then redis.call('ZREMRANGEBYSCORE', key, '-inf', expired) end
+if returned > 0 then newest_at = handback() end
 
 -- The key is full again once its newest unit leaves the window.
 local reset = 0
@@ -133,4 +199,5 @@ else
 end
 -- Remaining is never negative, even when a limiter with a larger limit
 -- shares this key.
+if lease then return {0, math.max(0, limit - count), retry, reset, now} end
 return {0, math.max(0, limit - count), retry, reset}
