@@ -116,11 +116,30 @@ func checkLeasable(s algorithm.Strategy, st store.Store) error {
 	if _, ok := st.(store.Leaser); !ok {
 		return fmt.Errorf("%w: WithLeases: store %T cannot lend capacity (store.Leaser)", ErrInvalidConfig, st)
 	}
-	_, ok := s.(algorithm.Leaser)
-	if sc := s.Script(); !ok || sc == nil || !sc.Leases {
-		return fmt.Errorf("%w: WithLeases: strategy %s cannot lease (algorithm.Leaser): use it without leases, or a token bucket, fixed window, sliding log or sliding-window counter", ErrInvalidConfig, s.Name())
+	if !canLease(s) {
+		why := s.Name()
+		if u, ok := s.(interface{ Unwrap() algorithm.Strategy }); ok {
+			s = u.Unwrap() // a penalty box leases when its strategy does
+		}
+		if c, ok := s.(algorithm.Composite); ok {
+			for i, m := range c.Members() {
+				if !canLease(m) {
+					why = fmt.Sprintf("%s (its member %d, %s, cannot)", why, i, m.Name())
+					break
+				}
+			}
+		}
+		return fmt.Errorf("%w: WithLeases: strategy %s cannot lease (algorithm.Leaser): use it without leases, or the token bucket, fixed window, sliding log, sliding-window counter, or a composite of them", ErrInvalidConfig, why)
 	}
 	return nil
+}
+
+// canLease reports whether s lends capacity: an algorithm.Leaser whose
+// script has a lease mode.
+func canLease(s algorithm.Strategy) bool {
+	_, ok := s.(algorithm.Leaser)
+	sc := s.Script()
+	return ok && sc != nil && sc.Leases
 }
 
 // leases are the leases a limiter holds, one at most per key. Safe for

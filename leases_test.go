@@ -662,9 +662,9 @@ func TestWithLeasesRejects(t *testing.T) {
 		opts []fleetlimit.Option
 		what string
 	}{
-		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
+		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "its member 1"},
 		{noLease{algorithm.FixedWindow(10, time.Second)}, []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second)}, "cannot lease"},
-		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second)}, "cannot lease"},
+		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second)}, "its member 1"},
 		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(0, time.Second)}, "lease size"},
 		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, 0)}, "max age"},
 	} {
