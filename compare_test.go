@@ -228,7 +228,9 @@ func checkLeaseRows(t *testing.T, rep *compare.Report, rs rows) {
 		// K instances each hold at most size-1 unspent units of a key: a
 		// token bucket admits at most burst + rate*d/per + K*(size-1) in any
 		// interval d, a fixed window at most limit + K*(size-1) per aligned
-		// window.
+		// window, a sliding log at most limit + K*(size-1) in any interval
+		// of length W, a counter at most that per aligned window and
+		// 2*limit - ceil(2*limit/W) + K*(size-1) in any interval of length W.
 		checked := 0
 		for _, s := range rep.Series {
 			if s.Lease == 0 {
@@ -241,6 +243,13 @@ func checkLeaseRows(t *testing.T, rep *compare.Report, rs rows) {
 				err = conformsToBucket(s.Admitted, s.Limit, compareWindow, s.Limit+slack)
 			case "fixed_window":
 				err = withinAlignedWindows(s.Admitted, s.Limit+slack, compareWindow)
+			case "sliding_window_log":
+				err = withinSlidingWindows(s.Admitted, s.Limit+slack, compareWindow)
+			case "sliding_window_counter":
+				w := compareWindow.Microseconds()
+				if err = withinAlignedWindows(s.Admitted, s.Limit+slack, compareWindow); err == nil {
+					err = withinSlidingWindows(s.Admitted, 2*s.Limit-(2*s.Limit+w-1)/w+slack, compareWindow)
+				}
 			default:
 				continue // a strategy leasable later states its own bound
 			}
@@ -363,6 +372,31 @@ func withinAlignedWindows(admitted []compare.Event, limit int64, window time.Dur
 		perWindow[idx] += ev.N
 		if perWindow[idx] > limit {
 			return fmt.Errorf("aligned window %d admitted %d, limit %d", idx, perWindow[idx], limit)
+		}
+	}
+	return nil
+}
+
+// withinSlidingWindows checks that no interval of length window, (t-W, t],
+// admitted more than limit for any one user. Admissions are in time order.
+func withinSlidingWindows(admitted []compare.Event, limit int64, window time.Duration) error {
+	w := window.Microseconds()
+	byUser := map[int][]compare.Event{}
+	for _, ev := range admitted {
+		byUser[ev.User] = append(byUser[ev.User], ev)
+	}
+	for user, evs := range byUser {
+		var sum int64
+		from := 0
+		for _, ev := range evs {
+			sum += ev.N
+			for evs[from].At <= ev.At-w {
+				sum -= evs[from].N
+				from++
+			}
+			if sum > limit {
+				return fmt.Errorf("user %d: %d admitted in the window ending at %dµs, limit %d", user, sum, ev.At, limit)
+			}
 		}
 	}
 	return nil
