@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
@@ -160,17 +161,21 @@ type leases struct {
 }
 
 type leaseShard struct {
-	mu sync.Mutex
+	// mu guards m: spend holds it for reading (many spends of one key run
+	// at once, each taking its units from left atomically); whatever
+	// replaces or removes a lease, or reads left to hand it back, holds it
+	// for writing, so no spend runs then.
+	mu sync.RWMutex
 	m  map[string]*lease // guarded by mu
 }
 
 // lease is a key's lease in this instance.
 type lease struct {
 	strategy algorithm.Strategy
-	same     bool      // strategy's dynamic type is comparable: == finds it fast
-	left     int64     // units not yet spent
-	at       time.Time // when its round trip was sent (or its WithClock time)
-	storeAt  int64     // algorithm.Grant.At, to name it at the hand-back
+	same     bool         // strategy's dynamic type is comparable: == finds it fast
+	left     atomic.Int64 // units not yet spent
+	at       time.Time    // when its round trip was sent (or its WithClock time)
+	storeAt  int64        // algorithm.Grant.At, to name it at the hand-back
 	limit    int64
 	reset    time.Duration // the grant's ResetAfter
 	pending  bool          // a round trip for the key is in flight: no lease yet
@@ -206,29 +211,33 @@ func (ls *leases) elapsed(at, now time.Time) time.Duration {
 // not aged out; with dry it only says what it would answer (Peek).
 func (ls *leases) spend(key string, s algorithm.Strategy, n int64, now time.Time, dry bool) (Result, bool) {
 	sh := ls.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
 	e := sh.m[key]
-	if e == nil || e.pending || e.left < n || !(e.same && e.strategy == s) && !sameRule(e.strategy, s) {
+	if e == nil || e.pending || e.left.Load() < n || !(e.same && e.strategy == s) && !sameRule(e.strategy, s) {
 		return Result{}, false
 	}
 	el := ls.elapsed(e.at, now)
 	if el < 0 || el >= ls.maxAge {
 		return Result{}, false
 	}
-	left := e.left - n
-	if !dry {
-		e.left = left
+	for {
+		had := e.left.Load()
+		if had < n {
+			return Result{}, false
+		}
+		if dry || e.left.CompareAndSwap(had, had-n) {
+			return Result{Allowed: true, Limit: e.limit, Remaining: had - n, ResetAfter: max(0, e.reset-el)}, true
+		}
 	}
-	return Result{Allowed: true, Limit: e.limit, Remaining: left, ResetAfter: max(0, e.reset-el)}, true
 }
 
 // inFlight returns a channel closed when the key's lease round trip now in
 // flight is over, or nil when there is none.
 func (ls *leases) inFlight(key string) <-chan struct{} {
 	sh := ls.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
 	if e := sh.m[key]; e != nil && e.pending {
 		return e.ready
 	}
@@ -250,8 +259,8 @@ func (ls *leases) take(ctx context.Context, st store.Store, req store.Request, s
 		return st.Decide(ctx, req)
 	}
 	terms := algorithm.LeaseTerms{Want: max(req.N, ls.size)}
-	if e != nil && e.left > 0 && sameRule(e.strategy, req.Strategy) {
-		terms.Back, terms.BackAt = e.left, e.storeAt
+	if e != nil && e.left.Load() > 0 && sameRule(e.strategy, req.Strategy) {
+		terms.Back, terms.BackAt = e.left.Load(), e.storeAt // no spend runs: sh.mu is held
 	}
 	flight := &lease{pending: true, ready: make(chan struct{})}
 	sh.m[req.Key] = flight
@@ -264,8 +273,10 @@ func (ls *leases) take(ctx context.Context, st store.Store, req store.Request, s
 	if err != nil || g.Units <= req.N {
 		delete(sh.m, req.Key) // nothing held (a failed hand-back is lost)
 	} else {
-		sh.m[req.Key] = &lease{strategy: req.Strategy, same: reflect.TypeOf(req.Strategy).Comparable(),
-			left: g.Units - req.N, at: sent, storeAt: g.At, limit: g.Decision.Limit, reset: g.Decision.ResetAfter}
+		e := &lease{strategy: req.Strategy, same: reflect.TypeOf(req.Strategy).Comparable(),
+			at: sent, storeAt: g.At, limit: g.Decision.Limit, reset: g.Decision.ResetAfter}
+		e.left.Store(g.Units - req.N)
+		sh.m[req.Key] = e
 		defer ls.arm(ls.maxAge)
 	}
 	if err != nil {
@@ -312,7 +323,7 @@ func (ls *leases) ended(now time.Time, done func(e *lease, age time.Duration) bo
 			age := ls.elapsed(e.at, now)
 			if done(e, age) {
 				delete(sh.m, k)
-				if e.left > 0 {
+				if e.left.Load() > 0 {
 					keys, held = append(keys, k), append(held, e)
 				}
 			} else if left := ls.maxAge - age; next < 0 || left < next {
@@ -359,9 +370,10 @@ func (l *Limiter) handBack(keys []string, held []*lease) error {
 			if l.cfg.clock != nil {
 				req.Now = l.cfg.clock()
 			}
-			terms := algorithm.LeaseTerms{Back: e.left, BackAt: e.storeAt}
+			left := e.left.Load()
+			terms := algorithm.LeaseTerms{Back: left, BackAt: e.storeAt}
 			if _, err := l.store.(store.Leaser).Lease(context.Background(), req, terms); err != nil {
-				errs[j] = fmt.Errorf("fleetlimit: hand back %d units of %q: %w", e.left, keys[j], err)
+				errs[j] = fmt.Errorf("fleetlimit: hand back %d units of %q: %w", left, keys[j], err)
 			}
 		})
 	}

@@ -178,11 +178,18 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 				if calls < 2*int64(len(a.keys)) {
 					break // too short a run (-quick) to have visited every key
 				}
-				// INCR's keys never expire and the log's live 10 s after each
-				// decision: all of them existing shows the walk covered every
-				// user, not a prefix of the key set.
-				b.verify(n == int64(len(a.keys)), fmt.Sprintf("%s, %s, %s: every user's key in use", sc.group, sc.label, a.s.c.name),
-					"%d of %d users' keys exist after the last round", n, len(a.keys))
+				// INCR's keys never expire: all of them existing shows the
+				// walk covered every user, not a prefix of the key set. The
+				// log's live 10 s after their last decision, and with a dozen
+				// contenders interleaved a user the walk reached early may
+				// have gone quiet for longer: at least 90% of them existing
+				// still rules out a prefix.
+				want := int64(len(a.keys))
+				if a.s.c.id == "fl-sl" {
+					want = want * 9 / 10
+				}
+				b.verify(n >= want, fmt.Sprintf("%s, %s, %s: every user's key in use", sc.group, sc.label, a.s.c.name),
+					"%d of %d users' keys exist after the last round (want at least %d)", n, len(a.keys), want)
 			}
 			if a.s.c.id == "fl-sl" {
 				var total, live int64
