@@ -292,7 +292,7 @@ func (b *bench) leaseTargets() []target {
 		cpu := func(x totals) float64 { return x.cpuPerDecision()*1e6 + x.per(float64(x.clientCPU))/1e3 }
 		t.why = fmt.Sprintf("Per decision at 64 goroutines on the hot key: with leases of 64, %.3f round trips, %.2f µs of Redis CPU and %.2f µs of Go CPU; redis_rate %.2f round trips, %.2f µs and %.2f µs. "+
 			"The Go process and redis-server share this machine's %d cores, so counting both, leases cut the CPU per decision %.1f× (%.2f against %.2f µs): "+
-			"once the round trips are gone the cost is the limiter's own work in process (a decision served from a lease: %s), which 64 goroutines on one key do one at a time under the key's lock.",
+			"once the round trips are gone the cost is the limiter's own work in process (a decision served from a lease: %s), and, since a process holds one lease per key, a stall of one round trip each time the key's lease is spent, while every goroutine of that key waits for the next (a lease taken ahead, before the last is spent, would remove the stall; not built).",
 			lt.per(float64(lt.rt)), lt.cpuPerDecision()*1e6, lt.per(float64(lt.clientCPU))/1e3,
 			rt.per(float64(rt.rt)), rt.cpuPerDecision()*1e6, rt.per(float64(rt.clientCPU))/1e3,
 			b.meta.cores, cpu(rt)/cpu(lt), cpu(lt), cpu(rt), b.localPath())
