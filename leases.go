@@ -29,7 +29,11 @@ import (
 // which goes to whoever asks for it. An instance holds at most one lease
 // per key: while its round trip for a key is in flight, other requests for
 // that key in the same process wait for it (bounded by its timeout and
-// their contexts) and then spend from the new lease.
+// their contexts) and then spend from the new lease. A lease round trip
+// runs to its end (at most the limiter's timeout) even if the request that
+// sent it gives up: that caller is denied, as any caller gone is, and its
+// cost is charged, but the lease is kept for the key's next requests rather
+// than lost with its units.
 //
 // The bound, for K instances (docs/guarantees.md, proven over K = 1..16 by
 // TestPropertyLeaseBound): each instance holds at most size−1 unspent units
@@ -79,12 +83,15 @@ import (
 //
 // While the store is down, an instance spends the lease it holds, then the
 // failure policy (and fallback) decides; a lease hand-back that fails is
-// lost (the units return as the key refills). A key's tier change
+// lost (the units return as the key refills), and so are the units left in
+// a lease when a request it cannot cover fails to take the next one. A key's tier change
 // (WithStrategyFor) ends its lease without a hand-back, since the units
 // were counted in the old tier's terms. The Observer sees a decision served
 // from a lease with DecidedBy DecidedByLease; Peek answers from the lease
 // when it holds the cost, and otherwise peeks at the store. Reset drops
-// this instance's lease of the key.
+// this instance's lease of the key (a lease whose round trip is in flight
+// during Reset is kept when it lands; Close likewise leaves it to the
+// sweep).
 //
 // Strategies: algorithm.TokenBucket, FixedWindow, SlidingWindowLog and
 // SlidingWindowCounter lease (algorithm.Leaser), and so do composites
@@ -172,7 +179,7 @@ type leaseShard struct {
 // lease is a key's lease in this instance.
 type lease struct {
 	strategy algorithm.Strategy
-	same     bool         // strategy's dynamic type is comparable: == finds it fast
+	same     bool         // strategy's value is comparable: == finds it fast, never panics
 	left     atomic.Int64 // units not yet spent
 	at       time.Time    // when its round trip was sent (or its WithClock time)
 	storeAt  int64        // algorithm.Grant.At, to name it at the hand-back
@@ -253,10 +260,20 @@ func (ls *leases) take(ctx context.Context, st store.Store, req store.Request, s
 	sh.mu.Lock()
 	e := sh.m[req.Key]
 	if e != nil && e.pending {
-		// Another request began a round trip since this one looked: decide
-		// this one exactly rather than hold two leases.
+		// Another request began a round trip since this one looked: wait
+		// for it, as if it had been in flight when this one looked.
 		sh.mu.Unlock()
-		return st.Decide(ctx, req)
+		return algorithm.Decision{}, errLookAgain
+	}
+	if e != nil && e.left.Load() >= req.N && sameRule(e.strategy, req.Strategy) {
+		// The same test as spend's (req.Now, zero for the monotonic
+		// clock's now), so that the caller's spend cannot fail on it.
+		if el := ls.elapsed(e.at, req.Now); el >= 0 && el < ls.maxAge {
+			// Another request's round trip installed a lease since this one
+			// looked, and it can serve this one: spend from it instead.
+			sh.mu.Unlock()
+			return algorithm.Decision{}, errLookAgain
+		}
 	}
 	terms := algorithm.LeaseTerms{Want: max(req.N, ls.size)}
 	if e != nil && e.left.Load() > 0 && sameRule(e.strategy, req.Strategy) {
@@ -266,19 +283,31 @@ func (ls *leases) take(ctx context.Context, st store.Store, req store.Request, s
 	sh.m[req.Key] = flight
 	sh.mu.Unlock()
 
-	g, err := st.(store.Leaser).Lease(ctx, req, terms)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	defer close(flight.ready)
-	if err != nil || g.Units <= req.N {
-		delete(sh.m, req.Key) // nothing held (a failed hand-back is lost)
-	} else {
-		e := &lease{strategy: req.Strategy, same: reflect.TypeOf(req.Strategy).Comparable(),
+	var g algorithm.Grant
+	err := errLeasePanicked // until Lease returns
+	defer func() {
+		// Deferred, so that requests waiting on the flight are released
+		// even if Lease panics.
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		defer close(flight.ready)
+		if err != nil || g.Units <= req.N {
+			delete(sh.m, req.Key) // nothing held (a failed hand-back is lost)
+			return
+		}
+		e := &lease{strategy: req.Strategy, same: reflect.ValueOf(req.Strategy).Comparable(),
 			at: sent, storeAt: g.At, limit: g.Decision.Limit, reset: g.Decision.ResetAfter}
 		e.left.Store(g.Units - req.N)
 		sh.m[req.Key] = e
-		defer ls.arm(ls.maxAge)
-	}
+		ls.arm(ls.maxAge)
+	}()
+	// The round trip runs to its end (the limiter's timeout) even if the
+	// caller gives up: the units it takes are charged in the store either
+	// way, and the lease keeps them for the key's next requests rather than
+	// losing them.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.Timeout)
+	defer cancel()
+	g, err = st.(store.Leaser).Lease(lctx, req, terms)
 	if err != nil {
 		return algorithm.Decision{}, err
 	}
@@ -288,6 +317,15 @@ func (ls *leases) take(ctx context.Context, st store.Store, req store.Request, s
 	}
 	return d, nil
 }
+
+// errLookAgain: since the caller looked, another request's round trip for
+// the key began, or installed a lease that can serve the request; the
+// caller looks again (waits for the round trip, or spends from the lease).
+var errLookAgain = errors.New("fleetlimit: the key's lease changed; look again")
+
+// errLeasePanicked is take's error while Lease has not returned: seen only
+// if it panics.
+var errLeasePanicked = errors.New("fleetlimit: lease round trip panicked")
 
 // forget drops key's lease without a hand-back (Reset).
 func (ls *leases) forget(key string) {
@@ -341,7 +379,8 @@ func (ls *leases) ended(now time.Time, done func(e *lease, age time.Duration) bo
 // fleet, and the map holds only leases younger than maxAge. While leases
 // remain it schedules the next sweep for when the first of them ages out,
 // and at least maxAge/8 later, so a lease is handed back at most
-// 9/8·maxAge after it was taken, plus the hand-back's round trip.
+// 9/8·maxAge after it was taken, plus the hand-back's round trip and the
+// time the previous sweep's hand-backs took (each bounded by the timeout).
 func (l *Limiter) sweepLeases(now time.Time) {
 	ls := l.leases
 	ls.sweepMu.Lock()

@@ -403,6 +403,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 			return Result{Limit: l.strategy.Limit()}, outcomeInvalid, err
 		}
 	}
+lease:
 	for ls := l.leases; ls != nil; {
 		// req.Now is zero without WithClock: spend reads the monotonic
 		// clock, once.
@@ -415,6 +416,9 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 		}
 		select { // for the key's lease round trip, then spend from it
 		case <-ready:
+			if err := ctx.Err(); err != nil { // both were ready: the caller is gone
+				return l.callerGone(key, err)
+			}
 		case <-ctx.Done():
 			return l.callerGone(key, ctx.Err())
 		}
@@ -449,7 +453,9 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (Result, outc
 	case p != 0:
 		d, err = l.probe(ctx, req, c, p) // which tells c how it went
 	case l.leases != nil && !l.peeking:
-		d, err = l.leases.take(ctx, l.store, req, sent)
+		if d, err = l.leases.take(ctx, l.store, req, sent); err == errLookAgain {
+			goto lease // the key's lease changed since the loop looked at it
+		}
 	default:
 		d, err = l.store.Decide(ctx, req)
 	}

@@ -1,11 +1,13 @@
 package faults_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit"
@@ -63,4 +65,44 @@ func TestLeasesThroughAnOutage(t *testing.T) {
 			require.False(t, errors.Is(l.Close(), fleetlimit.ErrStoreUnavailable))
 		})
 	}
+}
+
+// A caller that gives up while its lease round trip is in flight (a slow
+// link: 50 ms each way through a proxy to a real redis-server) is not
+// admitted, and the lease the round trip took is kept rather than lost:
+// the key's next requests spend it, and Close hands back what they did not,
+// so the store ends short of exactly the units spent (the gone caller's
+// included, as for any request the store admitted before its caller left).
+func TestLeaseSurvivesItsCallerLeaving(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
+	defer func() { _ = c.Close() }()
+	st := stores.Redis(t, c)
+	p := redistest.Prefix()
+	var by []fleetlimit.Decider
+	l := newLimiter(t, algorithm.FixedWindow(100, time.Hour), st, fleetlimit.WithKeyPrefix(p),
+		fleetlimit.WithLeases(8, time.Hour), fleetlimit.WithTimeout(5*time.Second),
+		fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { by = append(by, e.DecidedBy) })))
+	exact := newLimiter(t, algorithm.FixedWindow(100, time.Hour), st, fleetlimit.WithKeyPrefix(p), fleetlimit.WithTimeout(5*time.Second))
+	_, err := exact.Peek(bg, "u", 1) // dial before the link slows
+	require.NoError(t, err)
+
+	proxy.SetLatency(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(bg, 10*time.Millisecond)
+	defer cancel()
+	res, err := l.Allow(ctx, "u")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.False(t, res.Allowed, "a caller gone is never admitted")
+	proxy.SetLatency(0)
+
+	by = nil
+	res, err = l.Allow(bg, "u")
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	require.Equal(t, []fleetlimit.Decider{fleetlimit.DecidedByLease}, by, "the lease the gone caller's round trip took serves the next request")
+	require.NoError(t, l.Close())
+	res, err = exact.Peek(bg, "u", 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(100-2-1), res.Remaining, "2 units spent (the gone caller's and the next), and none lost")
 }
