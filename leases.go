@@ -221,11 +221,8 @@ func (ls *leases) spend(key string, s algorithm.Strategy, n int64, now time.Time
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
 	e := sh.m[key]
-	if e == nil || e.pending || e.left.Load() < n || !(e.same && e.strategy == s) && !sameRule(e.strategy, s) {
-		return Result{}, false
-	}
-	el := ls.elapsed(e.at, now)
-	if el < 0 || el >= ls.maxAge {
+	el, ok := ls.serves(e, s, n, now)
+	if !ok {
 		return Result{}, false
 	}
 	for {
@@ -237,6 +234,27 @@ func (ls *leases) spend(key string, s algorithm.Strategy, n int64, now time.Time
 			return Result{Allowed: true, Limit: e.limit, Remaining: had - n, ResetAfter: max(0, e.reset-el)}, true
 		}
 	}
+}
+
+// serves reports whether lease e (nil: none) can serve a request of cost
+// n under s at now (zero: the monotonic clock's now): it is not in flight,
+// holds n units, is s's rule, and is younger than maxAge; and e's age.
+// spend and take make this one test, so that a request take sends back to
+// spend is served.
+func (ls *leases) serves(e *lease, s algorithm.Strategy, n int64, now time.Time) (time.Duration, bool) {
+	if e == nil || e.pending || e.left.Load() < n || !(e.same && e.strategy == s) && !sameRule(e.strategy, s) {
+		return 0, false
+	}
+	el := ls.elapsed(e.at, now)
+	return el, el >= 0 && el < ls.maxAge
+}
+
+// leftOf is e's unspent units, 0 for no lease or one in flight.
+func leftOf(e *lease) int64 {
+	if e == nil || e.pending {
+		return 0
+	}
+	return e.left.Load()
 }
 
 // inFlight returns a channel closed when the key's lease round trip now in
@@ -265,19 +283,16 @@ func (ls *leases) take(ctx context.Context, st store.Store, req store.Request, s
 		sh.mu.Unlock()
 		return algorithm.Decision{}, errLookAgain
 	}
-	if e != nil && e.left.Load() >= req.N && sameRule(e.strategy, req.Strategy) {
-		// The same test as spend's (req.Now, zero for the monotonic
-		// clock's now), so that the caller's spend cannot fail on it.
-		if el := ls.elapsed(e.at, req.Now); el >= 0 && el < ls.maxAge {
-			// Another request's round trip installed a lease since this one
-			// looked, and it can serve this one: spend from it instead.
-			sh.mu.Unlock()
-			return algorithm.Decision{}, errLookAgain
-		}
+	if _, ok := ls.serves(e, req.Strategy, req.N, req.Now); ok {
+		// Another request's round trip installed a lease since this one
+		// looked, and it can serve this one: spend from it instead (spend
+		// makes the same test, so it cannot fail on it).
+		sh.mu.Unlock()
+		return algorithm.Decision{}, errLookAgain
 	}
 	terms := algorithm.LeaseTerms{Want: max(req.N, ls.size)}
-	if e != nil && e.left.Load() > 0 && sameRule(e.strategy, req.Strategy) {
-		terms.Back, terms.BackAt = e.left.Load(), e.storeAt // no spend runs: sh.mu is held
+	if left := leftOf(e); left > 0 && sameRule(e.strategy, req.Strategy) {
+		terms.Back, terms.BackAt = left, e.storeAt // no spend runs: sh.mu is held
 	}
 	flight := &lease{pending: true, ready: make(chan struct{})}
 	sh.m[req.Key] = flight
