@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 )
 
 var (
@@ -254,7 +255,7 @@ func redisKeys(req Request, script *algorithm.Script) []string {
 // failed is the error of a call on key that failed with err: err classed by
 // redisError, and named as the deadline's when ctx is done.
 func (r *Redis) failed(ctx context.Context, key string, err error) error {
-	if ctxErr := contextErr(ctx); ctxErr != nil {
+	if ctxErr := ctxdone.Err(ctx); ctxErr != nil {
 		if !errors.Is(err, ctxErr) {
 			// go-redis reports a deadline that struck inside a socket
 			// read as the socket's i/o timeout; say which deadline it was.
@@ -297,19 +298,6 @@ func (r *Redis) Reset(ctx context.Context, req Request) error {
 	}
 	if err != nil {
 		return r.failed(ctx, keys[0], err)
-	}
-	return nil
-}
-
-// contextErr is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
-// has passed: Err lags the deadline until the context's timer has run, while
-// a socket deadline set to the same instant may already have fired.
-func contextErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
 	}
 	return nil
 }
