@@ -27,18 +27,9 @@
 -- written, instead of letting the log grow past maxmemory. A denial only
 -- removes expired units, which Redis allows when full, so it is still
 -- answered exactly.
-local key = KEYS[1]
-local peek = ARGV[#ARGV] == 'peek'
-local refund = ARGV[#ARGV] == 'refund'
-local lease = ARGV[#ARGV] == 'lease'
-local n = tonumber(ARGV[2])
+-- (key, peek, refund, lease, n and now: see preamble.lua)
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
-local now = tonumber(ARGV[1])
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
 -- Time never runs backwards for one key: a caller whose clock is behind the
 -- newest admission is judged at that admission's time. This stops a slow
