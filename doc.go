@@ -43,8 +43,9 @@
 //
 // This package knows neither HTTP nor Redis: adapters sit on top of its
 // exported API (package httplimit puts a Limiter in front of any net/http
-// handler; the grpclimit and promobserver modules serve gRPC and Prometheus;
-// WithShadow measures a limit before it is enforced), and stores below it
+// handler; the grpclimit, promobserver and otelobserver modules serve gRPC,
+// Prometheus and OpenTelemetry; WithShadow measures a limit before it is
+// enforced), and stores below it
 // (package store: Redis through go-redis, and in-process memory).
 //
 // Time is read at the edge: by default inside Redis (its TIME), so clock skew
