@@ -36,8 +36,15 @@ import (
 // view: another instance's admissions can make the true wait longer (as for
 // any RetryAfter), and Reset in another process, or a strategy that gives
 // units back (refunds, lease hand-backs), can make the key pass sooner than
-// the cached denial says, by at most r. Reset in this process forgets the
-// key first.
+// the cached denial says. Reset in this process forgets the key first.
+//
+// Trust. A denial is answered from memory for at most one second after the
+// store's answer, however long its wait: then the store is asked again. So
+// a store that lost the key's state — a FLUSHALL, a restart without
+// persistence, an operator's DEL, a Reset or refund in another process —
+// admits the key again within a second and a round trip
+// (TestDenialCacheNoticesAStoreThatForgot), and a client hammering past its
+// limit costs each instance one round trip per second per key.
 //
 // Time. With WithClock, elapsed time is read from that clock, in whole
 // microseconds as the store reads it, and the answers are exact. With the

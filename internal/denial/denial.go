@@ -24,6 +24,15 @@ import (
 // to drop.
 const evictionSample = 8
 
+// MaxTrust is the longest a remembered denial is answered from memory,
+// however long its wait: a store that lost the key's state meanwhile (a
+// FLUSHALL, a restart without persistence, an operator's DEL) would admit
+// the request, and the cache cannot see that. So the cache asks the store
+// again at least this often per key and cost: a hammering client costs
+// one round trip per MaxTrust per instance, and a store that forgot is
+// noticed within MaxTrust (and that round trip).
+const MaxTrust = time.Second
+
 // Cache holds at most its maxKeys denials, in shards guarded by their own
 // locks; a full shard drops an expired entry, or else the one that expires
 // soonest among a few it samples. It has no goroutine: entries past their
@@ -86,7 +95,8 @@ func (c *Cache) Answer(key string, s algorithm.Strategy, n int64, now time.Time)
 
 // Learn takes the store's decision d on key's request of cost n under s,
 // sent at at when the shard's epoch was epoch: a denial that stands
-// (Standing) is remembered; any other decision forgets the key's entry.
+// (Standing) is remembered, for at most MaxTrust; any other decision
+// forgets the key's entry.
 //
 // ban is the decision's Decision.Ban (0 for a peek, whose ban is one it
 // would start). A strategy that counts denials (algorithm.DenialCounter,
@@ -105,6 +115,7 @@ func (c *Cache) Learn(key string, s algorithm.Strategy, n int64, at time.Time, e
 			horizon = min(ban, d.RetryAfter)
 		}
 	}
+	horizon = min(horizon, MaxTrust)
 	sh := c.shards.Of(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

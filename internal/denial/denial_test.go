@@ -140,11 +140,31 @@ func TestPenaltyBoxOnlyBansRemembered(t *testing.T) {
 		t.Fatalf("no ban in %+v", ds)
 	}
 	c.Learn("k", p, 1, t0, 0, ban, ban.Ban())
-	if _, _, ok, _ := c.Answer("k", p, 1, t0.Add(ban.Ban()-time.Microsecond)); !ok {
-		t.Error("a ban was not answered before its end")
+	until := min(ban.Ban(), MaxTrust)
+	if _, _, ok, _ := c.Answer("k", p, 1, t0.Add(until-time.Microsecond)); !ok {
+		t.Errorf("a ban was not answered before %v", until)
 	}
-	if _, _, ok, _ := c.Answer("k", p, 1, t0.Add(ban.Ban())); ok {
-		t.Error("a ban was answered at its end")
+	if _, _, ok, _ := c.Answer("k", p, 1, t0.Add(until)); ok {
+		t.Errorf("a ban was answered at %v (its end, or the trust's)", until)
+	}
+}
+
+// TestTrustIsCapped: however long a denial's wait, it is answered from
+// memory for at most MaxTrust, so a store that forgot the key (FLUSHALL,
+// a restart) is asked again within it.
+func TestTrustIsCapped(t *testing.T) {
+	s := algorithm.FixedWindow(1, time.Hour)
+	denied := decisions(t, s, 1, 1)[1]
+	if denied.RetryAfter <= MaxTrust {
+		t.Fatalf("the denial's wait %v is not longer than MaxTrust", denied.RetryAfter)
+	}
+	c := New(4, keyed.Clock{Exact: true})
+	c.Learn("k", s, 1, t0, 0, denied, 0)
+	if _, _, ok, _ := c.Answer("k", s, 1, t0.Add(MaxTrust-time.Microsecond)); !ok {
+		t.Error("not answered within MaxTrust")
+	}
+	if _, _, ok, _ := c.Answer("k", s, 1, t0.Add(MaxTrust)); ok {
+		t.Error("answered at MaxTrust, though the wait is an hour")
 	}
 }
 
