@@ -68,13 +68,12 @@ type LimitResult struct {
 
 // resultOf is the Result of s's decision d.
 func resultOf(s algorithm.Strategy, d algorithm.Decision) Result {
-	s = rule.Inner(s) // a penalty box: its members are its strategy's
 	r := Result{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
 	ds := d.Members()
 	if len(ds) == 0 {
 		return r
 	}
-	c, ok := s.(algorithm.Composite)
+	c, ok := rule.Inner(s).(algorithm.Composite) // a penalty box's members are its strategy's
 	if !ok || len(c.Members()) != len(ds) {
 		return r
 	}
