@@ -59,6 +59,7 @@ type Limiter struct {
 	denials  *denial.Cache // nil without WithDenialCache
 	leases   *lease.Table  // nil without WithLeases
 	sweep    *sweeper      // the leases' sweep; nil without WithLeases
+	skew     *skewWatch    // nil without WithClock, or over a store without a clock
 	// The pipeline's modes, one per entry point.
 	allow, peek, refund mode
 	cfg                 config
@@ -127,6 +128,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		l.leases = lease.New(cfg.leaseSize, cfg.leaseMaxAge, clock, l.sweep.arm)
 	}
 	l.buildModes()
+	l.skew = newSkewWatch(l)
 	if err := claimKeys(l); err != nil {
 		return nil, err
 	}
@@ -309,6 +311,9 @@ func (l *Limiter) start(ctx context.Context, c *call, key string, n int64) (outc
 	}
 	if err := ctx.Err(); err != nil {
 		return outcome(DecidedByCaller), callerGone(key, err)
+	}
+	if w := l.skew; w != nil {
+		w.due(c.req.Now)
 	}
 	if l.cfg.tiers != nil {
 		var err error
