@@ -252,8 +252,19 @@ func redisKeys(req Request, script *algorithm.Script) []string {
 }
 
 // failed is the error of a call on key that failed with err: err classed by
-// redisError, and named as the deadline's when ctx is done.
+// redisError, and named as the deadline's when ctx is done. An error that
+// is not a rejection of this request asks a Cluster client to reload its
+// slot map (followTopology).
 func (r *Redis) failed(ctx context.Context, key string, err error) error {
+	err = r.classed(ctx, key, err)
+	if !errors.Is(err, ErrRejected) {
+		r.followTopology()
+	}
+	return err
+}
+
+// classed is failed's error, without the reload.
+func (r *Redis) classed(ctx context.Context, key string, err error) error {
 	if ctxErr := contextErr(ctx); ctxErr != nil {
 		if !errors.Is(err, ctxErr) {
 			// go-redis reports a deadline that struck inside a socket
