@@ -2,7 +2,6 @@ package fleetlimit
 
 import (
 	"context"
-	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -34,15 +33,17 @@ type Skew struct {
 	Skewed bool
 }
 
-// SkewObserver is implemented by an Observer (WithObserver) that also
-// wants clock-skew reports: ObserveSkew is called, from a goroutine of the
+// SkewObserver is implemented by an Observer (WithObserver) that wants
+// clock-skew reports: ObserveSkew is called, from a goroutine of the
 // limiter's, once each time the limiter's clock is found more than
 // ClockSkewThreshold from its store's and once each time it is back
-// within it. Only a limiter with WithClock over a store that has a clock
-// (store.Clocked: Memory and Redis) compares them, at most every 10 s of
-// its clock, on the first decision after that time, in the background.
-// Each report is also logged (slog.Default; at Warn when skewed, at Info
-// when in agreement again).
+// within it. A limiter compares the two only when it has WithClock, a
+// store with a clock (store.Clocked: Memory and Redis) and an observer
+// that is a SkewObserver (SlogObserver is one: it logs the reports); then
+// at most every 10 s of its clock, on the first decision after that time,
+// in the background: the store's clock is read in one round trip, and the
+// limiter's is the one the decision read (the limiter's clock is never
+// called from another goroutine).
 type SkewObserver interface {
 	ObserveSkew(Skew)
 }
@@ -51,26 +52,29 @@ type SkewObserver interface {
 // SkewObserver). next and running are read on the decision path; skewed
 // is touched only by the check that holds running.
 type skewWatch struct {
-	l       *Limiter
+	name    string
+	timeout time.Duration
 	st      store.Clocked
+	to      SkewObserver
 	next    atomic.Int64 // on the limiter's clock, Unix ns: the next check is due
 	running atomic.Bool  // a check is under way
 	skewed  bool
 }
 
 // newSkewWatch returns the watch of l, or nil when l reads no clock of its
-// own or its store has none.
+// own, its store has none, or no observer wants the reports.
 func newSkewWatch(l *Limiter) *skewWatch {
 	st, ok := l.store.(store.Clocked)
-	if l.cfg.clock == nil || !ok {
+	to, wants := l.cfg.observer.(SkewObserver)
+	if l.cfg.clock == nil || !ok || !wants {
 		return nil
 	}
-	return &skewWatch{l: l, st: st}
+	return &skewWatch{name: l.cfg.name, timeout: l.cfg.timeout, st: st, to: to}
 }
 
 // due starts a check in the background if one is due at now (the
-// limiter's clock) and none is running. It costs an atomic load when none
-// is due.
+// limiter's clock, as the decision read it) and none is running. It costs
+// an atomic load when none is due.
 func (w *skewWatch) due(now time.Time) {
 	n := now.UnixNano()
 	if next := w.next.Load(); n < next && n > next-2*int64(skewCheckEvery) {
@@ -80,33 +84,25 @@ func (w *skewWatch) due(now time.Time) {
 		return
 	}
 	w.next.Store(n + int64(skewCheckEvery))
-	go w.check()
+	go w.check(now, time.Now())
 }
 
-// check measures the offset once and reports a change of state.
-func (w *skewWatch) check() {
+// check measures the offset once, from mine (the limiter's clock when the
+// real clock read sent), and reports a change of state.
+func (w *skewWatch) check(mine, sent time.Time) {
 	defer w.running.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), w.l.cfg.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
-	t0 := w.l.cfg.clock()
 	theirs, err := w.st.Time(ctx)
-	t1 := w.l.cfg.clock()
 	if err != nil {
 		return // the store's outage is the breaker's to report
 	}
-	s := Skew{Name: w.l.cfg.name, Offset: theirs.Sub(t0.Add(t1.Sub(t0) / 2))}
+	// The store read its clock about halfway through the round trip.
+	s := Skew{Name: w.name, Offset: theirs.Sub(mine.Add(time.Since(sent) / 2))}
 	s.Skewed = s.Offset > ClockSkewThreshold || s.Offset < -ClockSkewThreshold
 	if s.Skewed == w.skewed {
 		return
 	}
 	w.skewed = s.Skewed
-	level, msg := slog.LevelInfo, "fleetlimit: limiter's clock agrees with its store's again"
-	if s.Skewed {
-		level, msg = slog.LevelWarn, "fleetlimit: limiter's clock (WithClock) is skewed from its store's: instances deciding one key on different times bend its limit"
-	}
-	slog.Default().LogAttrs(ctx, level, msg, slog.String("name", s.Name), slog.Duration("offset", s.Offset),
-		slog.Duration("threshold", ClockSkewThreshold))
-	if so, ok := w.l.cfg.observer.(SkewObserver); ok {
-		so.ObserveSkew(s)
-	}
+	w.to.ObserveSkew(s)
 }
