@@ -16,8 +16,10 @@ import (
 
 var (
 	// ErrStoreUnavailable is wrapped by the error of every decision the store
-	// could not make (refused, timed out, closed, or failed): the Result that
-	// comes with it was decided by the FailurePolicy.
+	// could not make (refused, timed out, or failed): the Result that comes
+	// with it was decided by the FailurePolicy. A store (or go-redis client)
+	// used after Close is not an outage but a mistake: its decisions are
+	// denied with an error wrapping store.ErrClosed, and no policy decides.
 	ErrStoreUnavailable = errors.New("fleetlimit: store unavailable")
 	// ErrInvalidKey is returned for an empty key or one longer than
 	// store.MaxKeyLen bytes; nothing is recorded.
@@ -427,14 +429,20 @@ func (l *Limiter) remote(ctx context.Context, c *call) error {
 
 // failed decides a call the store did not decide (err): a caller gone
 // meanwhile is denied and the store not blamed (a client must not be able
-// to open the breaker for everyone by sending short deadlines); otherwise
-// the circuit counts the failure and the decision is degraded.
+// to open the breaker for everyone by sending short deadlines); a closed
+// store is denied with its error; otherwise the circuit counts the failure
+// and the decision is degraded.
 func (l *Limiter) failed(ctx context.Context, c *call, err error) (Result, outcome, error) {
 	if c.o.circuitOpen() {
 		return l.degraded(ctx, c, err, true)
 	}
 	if cerr := ctxdone.Err(ctx); cerr != nil {
 		return l.none(), outcome(DecidedByCaller), callerGone(c.req.Key, cerr)
+	}
+	if errors.Is(err, store.ErrClosed) {
+		// A store or client used after Close is the program's mistake,
+		// not an outage: no policy may admit for it, nor a breaker count it.
+		return l.none(), outcomeInvalid, fmt.Errorf("fleetlimit: decision for %q: %w (used after Close: nothing was decided, not even by the failure policy)", c.req.Key, err)
 	}
 	if c.probe == 0 {
 		c.ci.failed(err)
