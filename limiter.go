@@ -194,8 +194,7 @@ type Limiter struct {
 	leases   *leases      // nil without WithLeases
 	peeking  bool         // a view of a limiter for Peek: leases only look
 	cfg      config
-	waits    *waitQueues                                      // WaitN's queues
-	sleep    func(ctx context.Context, d time.Duration) error // WaitN's; tests give a virtual one
+	waits    *waitQueues // WaitN's queues
 }
 
 // New returns a Limiter applying s through st. It returns an error wrapping
@@ -239,7 +238,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if cfg.breaker == nil && !cfg.noBreaker {
 		cfg.breaker = newDefaultBreaker()
 	}
-	l := &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}, sleep: sleepReal}
+	l := &Limiter{strategy: s, decider: decider, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}}
 	if cfg.denialKeys > 0 {
 		l.denials = newDenialCache(cfg.denialKeys, cfg.clock != nil)
 	}

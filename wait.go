@@ -42,8 +42,10 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Result, error) {
 //
 // WaitN returns at once, without waiting, with an error and a Result that
 // has only Limit set: for bad input, as AllowN (ErrInvalidKey,
-// ErrInvalidCost, ErrClockOutOfRange); for n above the limit, which can
-// never pass (ErrInvalidCost); when ctx's deadline comes before the head's
+// ErrInvalidCost, ErrClockOutOfRange); for n above the key's limit — its
+// tier's under WithStrategyFor, else the limiter's — which can never pass
+// (ErrInvalidCost, with the key's Limit); for an error from
+// WithStrategyFor's function, as AllowN returns it; when ctx's deadline comes before the head's
 // next retry — the waiter's own RetryAfter, or for a waiter joining behind
 // a sleeping head that head's wake-up — with an error wrapping
 // context.DeadlineExceeded (as golang.org/x/time/rate's Wait). A waiter
@@ -64,12 +66,24 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Result, error) {
 //
 // WaitN is safe for concurrent use.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Result, error) {
+	return l.waitN(ctx, key, n, sleepReal)
+}
+
+// waitN is WaitN, sleeping with sleep (tests give a virtual clock's).
+func (l *Limiter) waitN(ctx context.Context, key string, n int64, sleep func(context.Context, time.Duration) error) (Result, error) {
 	none := Result{Limit: l.strategy.Limit()}
 	if _, err := l.request(key, n); err != nil {
 		return none, err
 	}
-	if n > l.strategy.Limit() {
-		return none, fmt.Errorf("fleetlimit: wait for %q: %w: %d is above the limit %d and can never pass", key, ErrInvalidCost, n, l.strategy.Limit())
+	// The key's own rule (its tier) says whether n can ever pass; AllowN
+	// would only deny it, and the loop below retry for ever.
+	s, err := l.strategyFor(ctx, key)
+	if err != nil {
+		return none, err
+	}
+	none.Limit = s.Limit()
+	if n > s.Limit() {
+		return none, fmt.Errorf("fleetlimit: wait for %q: %w: %d is above the key's limit %d and can never pass", key, ErrInvalidCost, n, s.Limit())
 	}
 	w, err := l.waits.join(ctx, key)
 	if err != nil {
@@ -89,19 +103,19 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Result, error
 		if d <= 0 {
 			d = FailClosedRetryAfter
 		}
-		sleep := d
+		nap := d
 		if contended {
-			sleep += jitter(d)
+			nap += jitter(d)
 		}
 		if dl, ok := ctx.Deadline(); ok {
 			left := time.Until(dl)
 			if left < d {
 				return none, fmt.Errorf("fleetlimit: wait for %q: the next try is %v away, past the deadline: %w", key, d, context.DeadlineExceeded)
 			}
-			sleep = min(sleep, left)
+			nap = min(nap, left)
 		}
-		l.waits.sleeping(key, w, sleep)
-		if err := l.sleep(ctx, sleep); err != nil {
+		l.waits.sleeping(key, w, nap)
+		if err := sleep(ctx, nap); err != nil {
 			return none, fmt.Errorf("fleetlimit: wait for %q: %w", key, err)
 		}
 		contended = true // a retry after RetryAfter that fails: someone took the slot
@@ -214,14 +228,4 @@ func (q *waitQueues) leave(key string, w *waiter) {
 	if len(kq.waiters) == 0 {
 		delete(q.keys, key)
 	}
-}
-
-// waiting is the number of waiters in key's queue, for tests.
-func (q *waitQueues) waiting(key string) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if kq := q.keys[key]; kq != nil {
-		return len(kq.waiters)
-	}
-	return 0
 }
