@@ -26,10 +26,11 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Result, error) {
 //   - Order: waiters of one Limiter on one key are admitted in the order
 //     their WaitN calls joined its queue (first in, first out, after
 //     validating their arguments; a large n at the head holds up smaller
-//     ones behind it). Nothing orders them against other Limiters — other
-//     processes of the fleet, or another Limiter value here — nor against
-//     AllowN callers: those compete with the queue's head for the key's
-//     capacity as any two decisions do.
+//     ones behind it), with or without other traffic on the key
+//     (TestWaitOrderWithOtherTraffic). Nothing orders them against other
+//     Limiters — other processes of the fleet, or another Limiter value
+//     here — nor against AllowN callers: those compete with the queue's
+//     head for the key's capacity as any two decisions do.
 //   - Round trips: one per admission, plus one per denial of a head. With
 //     no other traffic on the key, a head retried RetryAfter later is
 //     admitted (RetryAfter is exact), so the store sees at most two calls

@@ -308,3 +308,93 @@ func TestWaitNAboveTheKeysTier(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitOrderWithOtherTraffic: the order claim holds with other traffic
+// on the key. 8 goroutines Wait on one spent key of one Limiter while
+// another Limiter on the same keys (another process of the fleet) takes a
+// slot at every wake-up, racing the queue's head for it. The waiters are
+// still admitted in the order they arrived, every one of them, and the two
+// together never pass the limit in a window; only the round trips grow
+// (a head that loses the race asks again).
+func TestWaitOrderWithOtherTraffic(t *testing.T) {
+	const waiters, limit, window = 8, 2, time.Minute
+	st := stores.Memory(t)
+	start := proptest.EdgeAfter(proptest.Epoch, window)
+	clock := fakeclock.New(start)
+	var mu sync.Mutex
+	var order []string
+	perWindow := map[int64]int{}
+	record := fleetlimit.ObserverFunc(func(ev fleetlimit.Event) {
+		if ev.Allowed {
+			mu.Lock()
+			if ev.Route != "" {
+				order = append(order, ev.Route)
+			}
+			perWindow[int64(clock.Now().Sub(start)/window)]++
+			mu.Unlock()
+		}
+	})
+	newLimiter := func() *fleetlimit.Limiter {
+		l, err := fleetlimit.New(algorithm.FixedWindow(limit, window), st, fleetlimit.WithClock(clock.Now),
+			fleetlimit.WithFailurePolicy(fleetlimit.FailClosed), fleetlimit.WithObserver(record))
+		require.NoError(t, err)
+		return l
+	}
+	lim, other := newLimiter(), newLimiter()
+	res, err := other.AllowN(bg, "k", limit) // spend the key
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+
+	errs := make(chan error, waiters)
+	for i := range waiters {
+		go func() {
+			ctx := fleetlimit.ContextWithRoute(bg, strconv.Itoa(i))
+			res, err := fleetlimit.WaitNSleeping(lim, clock.Sleep, ctx, "k", 1)
+			if err == nil && !res.Allowed {
+				err = fmt.Errorf("waiter %d returned %+v without an error", i, res)
+			}
+			errs <- err
+		}()
+		eventually(t, func() bool {
+			_, asleep := clock.NextWake()
+			return fleetlimit.Waiting(lim, "k") == i+1 && asleep
+		})
+	}
+	stolen := 0
+	for {
+		mu.Lock()
+		done := len(order) == waiters
+		mu.Unlock()
+		if done {
+			break
+		}
+		var next time.Time
+		eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			var asleep bool
+			next, asleep = clock.NextWake()
+			return asleep || len(order) == waiters
+		})
+		if next.IsZero() {
+			continue
+		}
+		clock.Set(next)
+		if res, err := other.Allow(bg, "k"); err == nil && res.Allowed { // races the head
+			stolen++
+		}
+	}
+	for range waiters {
+		require.NoError(t, <-errs)
+	}
+	want := make([]string, waiters)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	require.Equal(t, want, order, "admitted out of arrival order")
+	require.Positive(t, stolen, "the other traffic never took a slot")
+	for w, n := range perWindow {
+		require.LessOrEqual(t, n, limit, "window %d", w)
+	}
+	require.Zero(t, fleetlimit.Waiting(lim, "k"))
+}
