@@ -47,8 +47,11 @@ func (fb *fallback) strategyFor(s algorithm.Strategy, perKey bool) algorithm.Str
 // process.
 //
 // With instances set to the fleet's size, the fleet keeps roughly the limit
-// in total while Redis is down, as long as the load balancer spreads each
-// client evenly; with the default 1, at most instances times the limit. The
+// in total while Redis is down (about twice it in a window that spans the
+// outage's start or end, beside what Redis admitted), as long as the load
+// balancer spreads each client evenly; with the default 1, at most K times the limit in a window
+// inside the outage with K instances, and K+1 times in one that spans its
+// start or end (TestFallbackBoundAcrossTheOutage). The
 // decision is still reported as degraded: AllowN returns the fallback's
 // Result (with the scaled Limit and its real Remaining) and an error
 // wrapping ErrStoreUnavailable, and the Observer sees DecidedByFallback. A

@@ -129,9 +129,12 @@ const (
 	// FailLocal decides the request in this process: the limiter's strategy
 	// at limit / instances, applied in an in-process store (see
 	// WithFallback; by default instances is 1, in a store.Memory that every
-	// default limiter of the process shares). An outage thus costs at most
-	// K times the limit with K instances, never an unbounded flood, and a
-	// client who stays under the limit is not refused. The Result is the
+	// default limiter of the process shares). With K instances a window
+	// inside an outage thus admits at most K times the limit, and one that
+	// spans its start or end at most K+1 times (the fallbacks start empty
+	// beside what the store admitted; TestFallbackBoundAcrossTheOutage),
+	// never an unbounded flood, and a client who stays under the limit is
+	// not refused. The Result is the
 	// local decision's, with its real Remaining. This is the default.
 	//
 	// The shared default store sweeps by the latest time its callers pass
