@@ -237,7 +237,7 @@ func TestStrategyForTokenBucketRemainder(t *testing.T) {
 	}
 }
 
-// The README's tiers: composites of a token bucket and a day's
+// docs/choosing.md's tiers: composites of a token bucket and a day's
 // sliding-window counter, the pro tier ten times the free one.
 func readmeTiers() (free, pro algorithm.Strategy) {
 	return algorithm.All(algorithm.TokenBucket(10, time.Second, 10), algorithm.SlidingWindowCounter(1000, 24*time.Hour)),
@@ -284,7 +284,7 @@ func TestCompositeTierSteps(t *testing.T) {
 	}
 }
 
-// TestCompositeTierSwitchBound: the README's free and pro composites, a
+// TestCompositeTierSwitchBound: docs/choosing.md's free and pro composites, a
 // key switching between them at random on every request, offered bursts
 // for 300 s around a day's edge (far more than either tier admits). In
 // any interval it admits no more than the pro tier alone (on memory; 30 s on
