@@ -185,6 +185,14 @@ func TestFallbackBoundAcrossTheOutage(t *testing.T) {
 	end := start.Add(window + time.Second) // Redis's admissions have left its window
 	clock.Set(end)
 	require.NoError(t, mr.Restart())
+	// The client may back off its dialling for a while after the refused
+	// connections: wait until a decision on another key reaches the server
+	// again, through the same store.
+	probe, err := fleetlimit.New(algorithm.SlidingWindowLog(L, window), shared, fleetlimit.WithKeyPrefix(prefix),
+		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed), fleetlimit.WithoutBreaker(),
+		fleetlimit.WithClock(clock.Now), fleetlimit.WithTimeout(time.Second))
+	require.NoError(t, err)
+	eventually(t, func() bool { _, err := probe.Allow(bg, "probe"); return err == nil })
 	require.Zero(t, offer(2), "Redis decides again")
 	require.Equal(t, (K+1)*L, in(outage), "a window spanning the outage's end: (K+1)·L")
 	for _, from := range []time.Time{start, outage, outage.Add(time.Second), end} {
