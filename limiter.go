@@ -65,8 +65,7 @@ type Limiter struct {
 	// The pipeline's modes, one per entry point.
 	allow, peek, refund mode
 	cfg                 config
-	waits               *waitQueues                                      // WaitN's queues
-	sleep               func(ctx context.Context, d time.Duration) error // WaitN's
+	waits               *waitQueues // WaitN's queues
 }
 
 // mode is what an entry point asks of each stage of the pipeline: which
@@ -117,7 +116,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{strategy: s, rule: ruled, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}, sleep: sleepReal}
+	l := &Limiter{strategy: s, rule: ruled, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}}
 	clock := keyed.Clock{Exact: cfg.clock != nil}
 	if cfg.denialKeys > 0 {
 		l.denials = denial.New(cfg.denialKeys, clock)
