@@ -497,8 +497,7 @@ func (p *parser) rateLimit(domain, path string, n *yaml.Node, d map[string]*yaml
 // match is the rule for one request descriptor, found as envoyproxy/ratelimit
 // finds it: at each level the child "key_value", else the first wildcard
 // child whose pattern matches the value, else the child "key"; the rule
-// applies only when found at the descriptor's last entry, and the walk stops
-// at a level with no children. shared lists, per entry, the wildcard pattern
+// applies only when found at the descriptor's last entry. shared lists, per entry, the wildcard pattern
 // that stands for the value in the counter's key (share_threshold), or "".
 func (c *Config) match(domain string, keys, values []string) (r *rule, shared []string) {
 	level := c.domains[domain]
@@ -529,9 +528,6 @@ func (c *Config) match(domain string, keys, values []string) (r *rule, shared []
 		}
 		if i == len(keys)-1 {
 			return next.rule, shared
-		}
-		if len(next.children) == 0 {
-			return nil, nil
 		}
 		level = next
 	}
