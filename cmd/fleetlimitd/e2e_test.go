@@ -69,6 +69,8 @@ func envoyBehaviours(t *testing.T, d *daemon, domain string) {
 		if st.CurrentLimit.Unit != rlspb.RateLimitResponse_RateLimit_HOUR {
 			t.Errorf("unit %v, want HOUR", st.CurrentLimit.Unit)
 		}
+		// hits_addend 0 (unset) charges 1.
+		expect(t, "key1=value1,subkey1=x again", d.ask(t, domain, 0, desc("key1", "value1", "subkey1", "x")).Statuses[0], ok, 5, 3)
 		expect(t, "key1=value1,subkey1=subvalue1", d.ask(t, domain, 0, desc("key1", "value1", "subkey1", "subvalue1")).Statuses[0], ok, 10, 9)
 		expect(t, "key2=anything", d.ask(t, domain, 0, desc("key2", "anything")).Statuses[0], ok, 20, 19)
 		expect(t, "key2=value2", d.ask(t, domain, 0, desc("key2", "value2")).Statuses[0], ok, 30, 29)
@@ -202,6 +204,9 @@ func envoyBehaviours(t *testing.T, d *daemon, domain string) {
 		other := desc("counted", "other")
 		other.HitsAddend = wrapperspb.UInt64(3)
 		expect(t, "descriptor hits_addend 3", d.ask(t, domain, 9, other).Statuses[0], ok, 10, 7)
+		lookOther := desc("counted", "other")
+		lookOther.HitsAddend = wrapperspb.UInt64(0)
+		expect(t, "descriptor hits_addend 0 with room", d.ask(t, domain, 9, lookOther).Statuses[0], ok, 10, 7)
 		// is_negative_hits gives hits back.
 		back := desc("counted", "other")
 		back.HitsAddend, back.IsNegativeHits = wrapperspb.UInt64(2), true

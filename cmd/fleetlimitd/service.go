@@ -329,7 +329,11 @@ func (s *service) decide(ctx context.Context, it *item) (fleetlimit.Result, erro
 	case it.refund && n > 0:
 		return l.Refund(ctx, it.key, n)
 	case n == 0 || it.refund:
+		// Peek reports what admitting 1 would leave; looking leaves 1 more.
 		res, err := l.Peek(ctx, it.key, 1)
+		if res.Allowed {
+			res.Remaining++
+		}
 		res.Allowed = true // looking is never over the limit
 		return res, err
 	default:
