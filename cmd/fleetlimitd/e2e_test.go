@@ -4,11 +4,13 @@ import (
 	"context"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -494,4 +496,69 @@ func get(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestRedisDown: while Redis cannot answer, every request is still answered,
+// by the failure policy: local applies the rule in process (a fresh key
+// passes its limit, then is OVER_LIMIT), closed denies.
+func TestRedisDown(t *testing.T) {
+	redisAddr(t) // the test needs a redis-server binary, as ./test.sh has
+	addr, stopRedis := ownRedis(t)
+	cfg, domain := writeConfig(t, t.TempDir(), "basic.yaml")
+	local := start(t, "-config", cfg, "-redis", addr, "-timeout", "50ms")
+	closed := start(t, "-config", cfg, "-redis", addr, "-timeout", "50ms", "-failure-policy", "closed")
+	awayFromHourEdge()
+	if st := local.ask(t, domain, 0, desc("key7", "before")).Statuses[0]; st.Code != ok {
+		t.Fatalf("with Redis up: %v", st)
+	}
+	stopRedis()
+	var got []rlspb.RateLimitResponse_Code
+	for range 3 {
+		got = append(got, local.ask(t, domain, 0, desc("key7", "during")).Statuses[0].Code)
+	}
+	if !slices.Equal(got, []rlspb.RateLimitResponse_Code{ok, ok, over}) {
+		t.Errorf("failure policy local, limit 2: %v, want [OK OK OVER_LIMIT]", got)
+	}
+	if st := closed.ask(t, domain, 0, desc("key7", "during")).Statuses[0]; st.Code != over {
+		t.Errorf("failure policy closed: %v, want OVER_LIMIT", st)
+	}
+	if local.logged("store could not decide; the failure policy did") == 0 {
+		t.Errorf("degraded decisions were not logged:\n%s", local.output())
+	}
+}
+
+// ownRedis starts a redis-server of the test's own on a free loopback port,
+// and returns its address and a function that stops it (also called when the
+// test ends).
+func ownRedis(t *testing.T) (string, func()) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Skipf("redis-server: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	stop := func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	t.Cleanup(stop)
+	addr := "127.0.0.1:" + port
+	for i := 0; ; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if i == 500 {
+			t.Fatalf("redis-server on %s never listened", addr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return addr, stop
 }
