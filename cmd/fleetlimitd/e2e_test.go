@@ -354,7 +354,8 @@ func TestReload(t *testing.T) {
 	domain := freshDomain()
 	cfg := filepath.Join(dir, "config.yaml")
 	version := func(limit string) string {
-		return "domain: " + domain + "\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: " + limit + "\n"
+		return "domain: " + domain + "\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: " + limit + "\n" +
+			"  - key: steady\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n"
 	}
 	writeFile(t, cfg, version("1000"))
 	d := start(t, "-config", cfg, "-redis", redisAddr(t))
@@ -393,9 +394,21 @@ func TestReload(t *testing.T) {
 		}
 	}
 
+	remaining := func(kv ...string) uint32 { return d.ask(t, domain, 0, desc(kv...)).Statuses[0].LimitRemaining }
+	remaining("steady", "s")
+	remaining("user", "moved")
+	remaining("user", "moved")
+
 	writeFile(t, cfg, version("2000"))
 	waitLimit(2000)
 	d.waitLogged(t, "configuration reloaded", 1)
+	// The unchanged rule kept its count; the changed one started afresh.
+	if got := remaining("steady", "s"); got != 8 {
+		t.Errorf("unchanged rule after a reload: remaining %d, want 8 (its count kept)", got)
+	}
+	if got := remaining("user", "moved"); got != 1999 {
+		t.Errorf("changed rule after a reload: remaining %d, want 1999 (a fresh count)", got)
+	}
 
 	writeFile(t, cfg, version("-5")) // refused
 	d.waitLogged(t, "configuration change refused; the last good configuration stays in force", 1)
