@@ -76,6 +76,13 @@ type rule struct {
 	multiplier      uint32 // 0: not given (1)
 	algorithm       string
 	burst           int64 // token_bucket only; 0: requests_per_unit
+
+	// Options of the rule's limiter; zero values leave fleetlimitd's
+	// defaults.
+	failurePolicy string        // "", local, open or closed
+	denialCache   int           // fleetlimit.WithDenialCache's maxKeys; 0: none
+	leaseSize     int64         // fleetlimit.WithLeases' size; 0: none
+	leaseMaxAge   time.Duration // and its maxAge
 }
 
 // window is the rule's period: its unit times unit_multiplier.
@@ -235,8 +242,9 @@ func (p *parser) errorf(line int, format string, args ...any) {
 var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "descriptors", "rate_limit", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "quota_mode"}
-	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier"}
+	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier", "failure_policy", "denial_cache", "leases"}
 	replacesKeys   = []string{"name"}
+	leasesKeys     = []string{"size", "max_age"}
 )
 
 // fields checks that n is a mapping whose keys are all strings among
@@ -472,8 +480,36 @@ func (p *parser) rateLimit(domain, path string, n *yaml.Node, d map[string]*yaml
 			p.errorf(m.Line, "unit_multiplier must be at least 1")
 		}
 	}
+	if fp := f["failure_policy"]; fp != nil {
+		r.failurePolicy = p.str(fp, "failure_policy")
+		if _, err := parsePolicy(r.failurePolicy); err != nil {
+			p.errorf(fp.Line, "failure_policy '%s': want local, open or closed", r.failurePolicy)
+		}
+	}
+	if dc := f["denial_cache"]; dc != nil {
+		r.denialCache = int(p.integer(dc, "denial_cache", 1<<24))
+		if r.denialCache == 0 {
+			p.errorf(dc.Line, "denial_cache must be at least 1 (leave it out for none)")
+		}
+	}
+	if l := f["leases"]; l != nil {
+		if lf := p.fields(l, "leases", leasesKeys); lf != nil {
+			r.leaseSize = int64(p.integer(lf["size"], "leases.size", algorithm.MaxInt))
+			if r.leaseSize == 0 {
+				p.errorf(l.Line, "leases.size must be at least 1")
+			}
+			r.leaseMaxAge = time.Second
+			if ma := lf["max_age"]; ma != nil {
+				d, err := time.ParseDuration(p.str(ma, "leases.max_age"))
+				if err != nil || d < algorithm.MinWindow {
+					p.errorf(ma.Line, "leases.max_age must be a duration of at least %v, such as 250ms", algorithm.MinWindow)
+				}
+				r.leaseMaxAge = d
+			}
+		}
+	}
 	if r.unlimited {
-		for _, k := range []string{"algorithm", "burst", "unit_multiplier"} {
+		for _, k := range []string{"algorithm", "burst", "unit_multiplier", "failure_policy", "denial_cache", "leases"} {
 			if f[k] != nil {
 				p.errorf(f[k].Line, "should not specify %s when unlimited", k)
 			}

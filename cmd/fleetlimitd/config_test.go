@@ -131,6 +131,10 @@ func TestConfigRefused(t *testing.T) {
 		{"negative_limit.yaml", "negative_limit.yaml:6: requests_per_unit must be an integer from 0 to 4294967295, not the int \"-1\""},
 		{"share_threshold_no_wildcard.yaml", "share_threshold_no_wildcard.yaml:5: share_threshold can only be used with wildcard values"},
 		{"quota_mode.yaml", "quota_mode.yaml:4: quota_mode is not supported by fleetlimitd"},
+		{"bad_options.yaml", "bad_options.yaml:7: failure_policy 'maybe': want local, open or closed"},
+		{"bad_options.yaml", "bad_options.yaml:8: denial_cache must be at least 1"},
+		{"bad_options.yaml", "bad_options.yaml:10: leases.size must be at least 1"},
+		{"bad_options.yaml", "bad_options.yaml:11: leases.max_age must be a duration of at least 1ms"},
 		{"log_too_large.yaml", "log_too_large.yaml:5: sliding_window_log of 2000000 per 1s: "},
 	} {
 		cfg, err := loadFixture(t, filepath.Join("bad", tc.file))

@@ -487,6 +487,26 @@ func TestOperations(t *testing.T) {
 	if strings.Contains(body, "secret-value") {
 		t.Errorf("/metrics carries a descriptor's value")
 	}
+	// denial_cache: the first denial is the store's, the repeats the cache's.
+	awayFromHourEdge()
+	for range 5 {
+		d.ask(t, domain, 0, desc("cached", "c"))
+	}
+	// leases of 10: 20 requests take 2 leases, and 18 spend from them.
+	for range 20 {
+		if st := d.ask(t, domain, 0, desc("leased", "l")).Statuses[0]; st.Code != ok {
+			t.Fatalf("leased: %v, want OK", st)
+		}
+	}
+	body = get(t, "http://"+d.httpAddr+"/metrics")
+	for _, want := range []string{
+		`fleetlimit_local_decisions_total{by="cache",limiter="` + domain + `.cached"} 3`,
+		`fleetlimit_local_decisions_total{by="lease",limiter="` + domain + `.leased"} 18`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	if got := get(t, "http://"+d.httpAddr+"/healthcheck"); got != "OK\n" {
 		t.Errorf("/healthcheck %q, want OK", got)
 	}
@@ -534,6 +554,12 @@ func TestRedisDown(t *testing.T) {
 	}
 	if st := closed.ask(t, domain, 0, desc("key7", "during")).Statuses[0]; st.Code != over {
 		t.Errorf("failure policy closed: %v, want OVER_LIMIT", st)
+	}
+	// A rule's own failure_policy (open) wins over -failure-policy.
+	for _, d := range []*daemon{local, closed, local, closed} {
+		if st := d.ask(t, domain, 0, desc("failopen", "during")).Statuses[0]; st.Code != ok {
+			t.Errorf("rule with failure_policy open: %v, want OK", st)
+		}
 	}
 	if local.logged("store could not decide; the failure policy did") == 0 {
 		t.Errorf("degraded decisions were not logged:\n%s", local.output())

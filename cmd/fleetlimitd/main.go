@@ -272,16 +272,17 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	opts := []fleetlimit.Option{
-		fleetlimit.WithBreaker(breaker), fleetlimit.WithObserver(obs),
-		fleetlimit.WithTimeout(o.timeout), fleetlimit.WithFailurePolicy(policy),
+	ls := &limiters{
+		store:  st,
+		opts:   []fleetlimit.Option{fleetlimit.WithBreaker(breaker), fleetlimit.WithObserver(obs), fleetlimit.WithTimeout(o.timeout)},
+		policy: policy,
 	}
-	if policy == fleetlimit.FailLocal && o.instances > 1 {
+	if o.instances > 1 {
 		fallback := store.NewMemory()
 		defer fallback.Close()
-		opts = append(opts, fleetlimit.WithFallback(fallback, o.instances))
+		ls.fallback = fleetlimit.WithFallback(fallback, o.instances)
 	}
-	svc := &service{limiters: &limiters{store: st, opts: opts}, headers: o.headers, log: log, metrics: m}
+	svc := &service{limiters: ls, headers: o.headers, log: log, metrics: m}
 
 	gen, err := svc.build(files, hash)
 	if err != nil {
@@ -356,6 +357,7 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		_ = hsrv.Shutdown(sctx)
 		cancel()
 	}
+	svc.gen.Load().close(log)
 	log.Info("stopped")
 	return nil
 }
@@ -445,7 +447,9 @@ func (s *service) watch(ctx context.Context, path string, interval time.Duration
 			continue
 		}
 		lastErr = ""
+		old := s.gen.Load()
 		s.install(gen)
+		old.close(s.log)
 		s.log.Info("configuration reloaded", "config", path, "rules", len(gen.cfg.rules))
 	}
 }

@@ -56,11 +56,15 @@ type generation struct {
 }
 
 // limiters builds the Limiters of rules, all over one store with the same
-// options (one circuit breaker, one observer, one timeout and failure
-// policy).
+// options (one circuit breaker, one observer, one timeout), and by default
+// the same failure policy.
 type limiters struct {
-	store store.Store
-	opts  []fleetlimit.Option
+	store  store.Store
+	opts   []fleetlimit.Option
+	policy fleetlimit.FailurePolicy
+	// fallback, if not nil, is the WithFallback of rules whose policy is
+	// FailLocal.
+	fallback fleetlimit.Option
 }
 
 // escape makes s safe inside a key prefix: '%', ':', '{' and '}' are
@@ -103,8 +107,22 @@ func (ls *limiters) bind(r *rule) (*bound, error) {
 	name := r.domain + "." + r.path
 	prefix := keyPrefix + escape(r.domain) + ":" + escape(r.path) + ":" + signature(r.algorithm, int64(r.requestsPerUnit), r.window(), r.burst) + ":"
 	opts := append([]fleetlimit.Option{fleetlimit.WithName(name), fleetlimit.WithKeyPrefix(prefix)}, ls.opts...)
+	policy := ls.policy
+	if r.failurePolicy != "" {
+		policy, _ = parsePolicy(r.failurePolicy) // checked by the parser
+	}
+	opts = append(opts, fleetlimit.WithFailurePolicy(policy))
+	if policy == fleetlimit.FailLocal && ls.fallback != nil {
+		opts = append(opts, ls.fallback)
+	}
 	if r.shadow {
 		opts = append(opts, fleetlimit.WithShadow())
+	}
+	if r.denialCache > 0 {
+		opts = append(opts, fleetlimit.WithDenialCache(r.denialCache))
+	}
+	if r.leaseSize > 0 {
+		opts = append(opts, fleetlimit.WithLeases(r.leaseSize, r.leaseMaxAge))
 	}
 	l, err := fleetlimit.New(s, ls.store, opts...)
 	if err != nil {
@@ -132,6 +150,19 @@ func (ls *limiters) bindAll(cfg *Config) (map[*rule]*bound, error) {
 		m[r] = b
 	}
 	return m, errors.Join(errs...)
+}
+
+// close hands back the leases of gen's limiters (see fleetlimit.Limiter.Close),
+// once a newer generation replaced it or the service stops; a request still
+// answered with gen takes a new lease if it needs one.
+func (gen *generation) close(log *slog.Logger) {
+	for _, b := range gen.bound {
+		if b.limiter != nil && b.leaseSize > 0 {
+			if err := b.limiter.Close(); err != nil {
+				log.Warn("leases not handed back; their units return as the keys refill", "rule", b.domain+"."+b.path, "err", err)
+			}
+		}
+	}
 }
 
 // service answers envoy.service.ratelimit.v3.RateLimitService. It is safe for
