@@ -228,7 +228,8 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("configuration refused: %w", err)
 	}
-	if _, err := parseConfig(files); err != nil {
+	cfg, err := parseConfig(files)
+	if err != nil {
 		return fmt.Errorf("configuration refused:\n%w", err)
 	}
 	var st store.Store
@@ -284,7 +285,7 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	svc := &service{limiters: ls, headers: o.headers, log: log, metrics: m}
 
-	gen, err := svc.build(files, hash)
+	gen, err := svc.bindGeneration(cfg, hash)
 	if err != nil {
 		m.reloads.WithLabelValues("error").Inc()
 		return fmt.Errorf("configuration refused:\n%w", err)
@@ -378,6 +379,11 @@ func (s *service) build(files map[string][]byte, hash [sha256.Size]byte) (*gener
 	if err != nil {
 		return nil, err
 	}
+	return s.bindGeneration(cfg, hash)
+}
+
+// bindGeneration binds cfg's rules.
+func (s *service) bindGeneration(cfg *Config, hash [sha256.Size]byte) (*generation, error) {
 	bound, err := s.limiters.bindAll(cfg)
 	if err != nil {
 		return nil, err

@@ -32,6 +32,10 @@ import (
 // keyPrefix starts every Redis key fleetlimitd writes.
 const keyPrefix = "fleetlimitd:"
 
+// maxParallel bounds the decisions one request has in flight at once, so
+// that a request of many descriptors cannot start a goroutine for each.
+const maxParallel = 16
+
 // maxOverrides bounds the limiters made for the limit overrides requests
 // carry (one per domain, descriptor keys and limit): Envoy's overrides come
 // from its route configuration, a bounded set.
@@ -175,6 +179,7 @@ type service struct {
 	headers  bool // add the draft RateLimit headers to answers
 	log      *slog.Logger
 	metrics  *metrics
+	degraded degradedLog
 
 	mu        sync.Mutex
 	overrides map[overrideKey]*bound
@@ -289,9 +294,10 @@ func (s *service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 	}
 
-	// Decide: one store round trip per limited descriptor, concurrently
-	// (the Redis store pipelines them).
+	// Decide: one store round trip per limited descriptor, up to
+	// maxParallel at a time (the Redis store pipelines them).
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxParallel)
 	for i := range items {
 		it := &items[i]
 		switch {
@@ -302,7 +308,11 @@ func (s *service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		case it.b.limiter == nil:
 			it.st = denyAll(it.b, it.hits, time.Now())
 		default:
-			wg.Go(func() { it.res, it.err = s.decide(ctx, it) })
+			sem <- struct{}{}
+			wg.Go(func() {
+				it.res, it.err = s.decide(ctx, it)
+				<-sem
+			})
 		}
 	}
 	wg.Wait()
@@ -381,7 +391,7 @@ func (s *service) judge(it *item) error {
 	switch {
 	case err == nil:
 	case errors.Is(err, fleetlimit.ErrStoreUnavailable):
-		s.log.Warn("store could not decide; the failure policy did", "rule", it.b.domain+"."+it.b.path, "allowed", res.Allowed, "err", err)
+		s.degraded.log(s.log, it.b.domain+"."+it.b.path, res.Allowed, err)
 	case errors.Is(err, errors.ErrUnsupported):
 		return status.Errorf(codes.Unimplemented, "%s.%s: %v", it.b.domain, it.b.path, err)
 	default:
@@ -442,4 +452,24 @@ func counterKey(values, shared []string) string {
 		return "sha256:" + base64.RawURLEncoding.EncodeToString(sum[:])
 	}
 	return key
+}
+
+// degradedLog logs decisions the store could not make at most once a
+// second, with how many went unlogged since: an outage must show in the log
+// without flooding it (promobserver counts every one). It is safe for
+// concurrent use; its zero value is ready.
+type degradedLog struct {
+	next       atomic.Int64 // Unix ns before which nothing is logged
+	suppressed atomic.Int64
+}
+
+func (d *degradedLog) log(log *slog.Logger, rule string, allowed bool, err error) {
+	now := time.Now().UnixNano()
+	next := d.next.Load()
+	if now < next || !d.next.CompareAndSwap(next, now+int64(time.Second)) {
+		d.suppressed.Add(1)
+		return
+	}
+	log.Warn("store could not decide; the failure policy did", "rule", rule, "allowed", allowed, "err", err,
+		"unlogged_since_last", d.suppressed.Swap(0))
 }
