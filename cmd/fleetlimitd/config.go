@@ -71,11 +71,9 @@ type rule struct {
 	shadow         bool
 	detailedMetric bool
 
-	requestsPerUnit uint32
-	unit            rlspb.RateLimitResponse_RateLimit_Unit
-	multiplier      uint32 // 0: not given (1)
-	algorithm       string
-	burst           int64 // token_bucket only; 0: requests_per_unit
+	// The limit; a request must also pass each of also's (algorithm.All).
+	limitSpec
+	also []limitSpec
 
 	// Options of the rule's limiter; zero values leave fleetlimitd's
 	// defaults.
@@ -85,18 +83,42 @@ type rule struct {
 	leaseMaxAge   time.Duration // and its maxAge
 }
 
-// window is the rule's period: its unit times unit_multiplier.
-func (r *rule) window() time.Duration {
-	return unitDuration(r.unit) * time.Duration(max(1, r.multiplier))
+// limitSpec is one limit: requests_per_unit per unit_multiplier units, by
+// an algorithm.
+type limitSpec struct {
+	requestsPerUnit uint32
+	unit            rlspb.RateLimitResponse_RateLimit_Unit
+	multiplier      uint32 // 0: not given (1)
+	algorithm       string
+	burst           int64 // token_bucket only; 0: requests_per_unit
 }
 
-// strategy is the rule's algorithm over its limit and window. A rule of
-// requests_per_unit 0 denies everything and has none (nil).
-func (r *rule) strategy() algorithm.Strategy {
-	if r.requestsPerUnit == 0 {
+// window is the limit's period: its unit times unit_multiplier.
+func (l limitSpec) window() time.Duration {
+	return unitDuration(l.unit) * time.Duration(max(1, l.multiplier))
+}
+
+// strategy is the limit's algorithm over its limit and window; nil for
+// requests_per_unit 0, which denies everything.
+func (l limitSpec) strategy() algorithm.Strategy {
+	if l.requestsPerUnit == 0 {
 		return nil
 	}
-	return newStrategy(r.algorithm, int64(r.requestsPerUnit), r.window(), r.burst)
+	return newStrategy(l.algorithm, int64(l.requestsPerUnit), l.window(), l.burst)
+}
+
+// strategy is the rule's: its limit's, or with also, algorithm.All of its
+// limit and also's.
+func (r *rule) strategy() algorithm.Strategy {
+	s := r.limitSpec.strategy()
+	if s == nil || len(r.also) == 0 {
+		return s
+	}
+	members := []algorithm.Strategy{s}
+	for _, a := range r.also {
+		members = append(members, a.strategy())
+	}
+	return algorithm.All(members...)
 }
 
 // newStrategy builds the strategy of an algorithm name (default
@@ -242,9 +264,10 @@ func (p *parser) errorf(line int, format string, args ...any) {
 var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "descriptors", "rate_limit", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "quota_mode"}
-	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier", "failure_policy", "denial_cache", "leases"}
+	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier", "failure_policy", "denial_cache", "leases", "also"}
 	replacesKeys   = []string{"name"}
 	leasesKeys     = []string{"size", "max_age"}
+	alsoKeys       = []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst"}
 )
 
 // fields checks that n is a mapping whose keys are all strings among
@@ -427,20 +450,6 @@ func (p *parser) rateLimit(domain, path string, n *yaml.Node, d map[string]*yaml
 		shadow:         p.boolean(d["shadow_mode"], "shadow_mode"),
 		detailedMetric: p.boolean(d["detailed_metric"], "detailed_metric"),
 	}
-	unitName := p.str(f["unit"], "unit")
-	unit, validUnit := parseUnit(unitName)
-	switch {
-	case r.unlimited && validUnit:
-		p.errorf(f["unit"].Line, "should not specify rate limit unit when unlimited")
-	case !r.unlimited && !validUnit:
-		line := n.Line
-		if f["unit"] != nil {
-			line = f["unit"].Line
-		}
-		p.errorf(line, "invalid rate limit unit '%s'", unitName)
-	}
-	r.unit = unit
-	r.requestsPerUnit = uint32(p.integer(f["requests_per_unit"], "requests_per_unit", math.MaxUint32))
 	for _, e := range p.list(f["replaces"], "replaces") {
 		rf := p.fields(e, "a replaces entry", replacesKeys)
 		if rf == nil {
@@ -456,29 +465,41 @@ func (p *parser) rateLimit(domain, path string, n *yaml.Node, d map[string]*yaml
 			r.replaces = append(r.replaces, name)
 		}
 	}
+	if r.unlimited {
+		if u := f["unit"]; u != nil {
+			if _, valid := parseUnit(p.str(u, "unit")); valid {
+				p.errorf(u.Line, "should not specify rate limit unit when unlimited")
+			}
+		}
+		for _, k := range []string{"algorithm", "burst", "unit_multiplier", "failure_policy", "denial_cache", "leases", "also"} {
+			if f[k] != nil {
+				p.errorf(f[k].Line, "should not specify %s when unlimited", k)
+			}
+		}
+		p.rules = append(p.rules, r)
+		return r
+	}
 
 	// fleetlimit's additions.
-	r.algorithm = p.str(f["algorithm"], "algorithm")
-	switch r.algorithm {
-	case "":
-		r.algorithm = algoFixedWindow
-	case algoFixedWindow, algoSlidingLog, algoTokenBucket, algoSlidingCounter:
-	default:
-		p.errorf(f["algorithm"].Line, "unknown algorithm '%s' (want %s, %s, %s or %s)", r.algorithm, algoFixedWindow, algoSlidingLog, algoTokenBucket, algoSlidingCounter)
-	}
-	if b := f["burst"]; b != nil {
-		r.burst = int64(p.integer(b, "burst", algorithm.MaxInt))
-		if r.algorithm != algoTokenBucket {
-			p.errorf(b.Line, "burst applies only to algorithm token_bucket, not %s", r.algorithm)
-		} else if r.burst == 0 {
-			p.errorf(b.Line, "burst must be at least 1")
+	var ok bool
+	r.limitSpec, ok = p.limitSpec(n, f)
+	for _, e := range p.list(f["also"], "also") {
+		ef := p.fields(e, "an also entry", alsoKeys)
+		if ef == nil {
+			ok = false
+			continue
 		}
-	}
-	if m := f["unit_multiplier"]; m != nil {
-		r.multiplier = uint32(p.integer(m, "unit_multiplier", math.MaxUint32))
-		if r.multiplier == 0 {
-			p.errorf(m.Line, "unit_multiplier must be at least 1")
+		spec, specOK := p.limitSpec(e, ef)
+		if specOK && spec.requestsPerUnit == 0 {
+			p.errorf(e.Line, "requests_per_unit must be at least 1 in an also entry")
+			specOK = false
 		}
+		ok = ok && specOK
+		r.also = append(r.also, spec)
+	}
+	if len(r.also) > 0 && r.requestsPerUnit == 0 {
+		p.errorf(n.Line, "requests_per_unit 0 denies everything: it takes no also")
+		ok = false
 	}
 	if fp := f["failure_policy"]; fp != nil {
 		r.failurePolicy = p.str(fp, "failure_policy")
@@ -508,26 +529,66 @@ func (p *parser) rateLimit(domain, path string, n *yaml.Node, d map[string]*yaml
 			}
 		}
 	}
-	if r.unlimited {
-		for _, k := range []string{"algorithm", "burst", "unit_multiplier", "failure_policy", "denial_cache", "leases"} {
-			if f[k] != nil {
-				p.errorf(f[k].Line, "should not specify %s when unlimited", k)
-			}
-		}
-		p.rules = append(p.rules, r)
-		return r
-	}
-	if validUnit && r.multiplier > 0 && r.window()/time.Duration(r.multiplier) != unitDuration(unit) {
-		p.errorf(f["unit_multiplier"].Line, "unit_multiplier %d makes the window overflow", r.multiplier)
-		return r
-	}
-	if s := r.strategy(); validUnit && s != nil {
+	if s := r.strategy(); ok && s != nil && len(r.also) > 0 {
 		if err := s.Validate(); err != nil {
-			p.errorf(n.Line, "%s of %d per %v: %v", r.algorithm, r.requestsPerUnit, r.window(), err)
+			p.errorf(n.Line, "the limits of rate_limit and also together: %v", err)
 		}
 	}
 	p.rules = append(p.rules, r)
 	return r
+}
+
+// limitSpec parses the limit of a rate_limit, or of one of its also
+// entries: n with its fields f. ok is false when it has an error (reported).
+func (p *parser) limitSpec(n *yaml.Node, f map[string]*yaml.Node) (spec limitSpec, ok bool) {
+	errs := len(p.errs)
+	unitName := p.str(f["unit"], "unit")
+	unit, validUnit := parseUnit(unitName)
+	if !validUnit {
+		line := n.Line
+		if f["unit"] != nil {
+			line = f["unit"].Line
+		}
+		p.errorf(line, "invalid rate limit unit '%s'", unitName)
+	}
+	spec.unit = unit
+	spec.requestsPerUnit = uint32(p.integer(f["requests_per_unit"], "requests_per_unit", math.MaxUint32))
+	spec.algorithm = p.str(f["algorithm"], "algorithm")
+	switch spec.algorithm {
+	case "":
+		spec.algorithm = algoFixedWindow
+	case algoFixedWindow, algoSlidingLog, algoTokenBucket, algoSlidingCounter:
+	default:
+		p.errorf(f["algorithm"].Line, "unknown algorithm '%s' (want %s, %s, %s or %s)", spec.algorithm, algoFixedWindow, algoSlidingLog, algoTokenBucket, algoSlidingCounter)
+	}
+	if b := f["burst"]; b != nil {
+		spec.burst = int64(p.integer(b, "burst", algorithm.MaxInt))
+		if spec.algorithm != algoTokenBucket {
+			p.errorf(b.Line, "burst applies only to algorithm token_bucket, not %s", spec.algorithm)
+		} else if spec.burst == 0 {
+			p.errorf(b.Line, "burst must be at least 1")
+		}
+	}
+	if m := f["unit_multiplier"]; m != nil {
+		spec.multiplier = uint32(p.integer(m, "unit_multiplier", math.MaxUint32))
+		if spec.multiplier == 0 {
+			p.errorf(m.Line, "unit_multiplier must be at least 1")
+		}
+	}
+	if len(p.errs) > errs {
+		return spec, false
+	}
+	if spec.multiplier > 0 && spec.window()/time.Duration(spec.multiplier) != unitDuration(unit) {
+		p.errorf(f["unit_multiplier"].Line, "unit_multiplier %d makes the window overflow", spec.multiplier)
+		return spec, false
+	}
+	if s := spec.strategy(); s != nil {
+		if err := s.Validate(); err != nil {
+			p.errorf(n.Line, "%s of %d per %v: %v", spec.algorithm, spec.requestsPerUnit, spec.window(), err)
+			return spec, false
+		}
+	}
+	return spec, true
 }
 
 // match is the rule for one request descriptor, found as envoyproxy/ratelimit

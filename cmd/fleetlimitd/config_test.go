@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,6 +136,9 @@ func TestConfigRefused(t *testing.T) {
 		{"bad_options.yaml", "bad_options.yaml:8: denial_cache must be at least 1"},
 		{"bad_options.yaml", "bad_options.yaml:10: leases.size must be at least 1"},
 		{"bad_options.yaml", "bad_options.yaml:11: leases.max_age must be a duration of at least 1ms"},
+		{"bad_also.yaml", "bad_also.yaml:5: the limits of rate_limit and also together: "},
+		{"bad_also.yaml", "bad_also.yaml:15: invalid rate limit unit 'fortnight'"},
+		{"bad_also.yaml", "bad_also.yaml:17: config error, unknown key 'leases' in an also entry"},
 		{"log_too_large.yaml", "log_too_large.yaml:5: sliding_window_log of 2000000 per 1s: "},
 	} {
 		cfg, err := loadFixture(t, filepath.Join("bad", tc.file))
@@ -158,5 +162,31 @@ func TestDuplicateDomain(t *testing.T) {
 	_, err := parseConfig(map[string][]byte{"a.yaml": b, "b.yaml": b})
 	if err == nil || !strings.Contains(err.Error(), "b.yaml: duplicate domain 'd' in config file (also in a.yaml)") {
 		t.Errorf("error %v, want b.yaml's duplicate domain", err)
+	}
+}
+
+// TestDocsConfig: the configurations docs/service.md shows load.
+func TestDocsConfig(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "service.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := 0
+	for i, part := range strings.Split(string(b), "```yaml\n")[1:] {
+		block, _, _ := strings.Cut(part, "```")
+		switch {
+		case strings.HasPrefix(block, "domain:"):
+		case strings.HasPrefix(block, "  - key:"):
+			block = "domain: docs\ndescriptors:\n" + block
+		default:
+			continue // Envoy's configuration
+		}
+		blocks++
+		if _, err := parseConfig(map[string][]byte{fmt.Sprintf("block%d.yaml", i): []byte(block)}); err != nil {
+			t.Errorf("docs/service.md's YAML block %d:\n%s\n%v", i, block, err)
+		}
+	}
+	if blocks < 2 {
+		t.Errorf("found %d configuration blocks in docs/service.md, want at least 2", blocks)
 	}
 }

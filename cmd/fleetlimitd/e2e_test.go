@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -247,6 +248,28 @@ func envoyBehaviours(t *testing.T, d *daemon, domain string) {
 		if r := st.DurationUntilReset.AsDuration(); r <= 0 || r > 90*time.Minute {
 			t.Errorf("duration_until_reset %v, want in (0, 90m]", r)
 		}
+	})
+
+	t.Run("also", func(t *testing.T) {
+		// 5 per hour and 3 per day: the day's is the tightest.
+		for i, want := range []struct {
+			code      rlspb.RateLimitResponse_Code
+			remaining uint32
+		}{{ok, 2}, {ok, 1}, {ok, 0}, {over, 0}} {
+			resp := d.ask(t, domain, 0, desc("combo", "c"))
+			st := resp.Statuses[0]
+			expect(t, fmt.Sprintf("combo #%d", i+1), st, want.code, 3, want.remaining)
+			if st.CurrentLimit.Unit != rlspb.RateLimitResponse_RateLimit_DAY || st.DurationUntilReset.AsDuration() <= time.Hour {
+				t.Errorf("combo #%d: %v, want the day's limit and reset", i+1, st)
+			}
+			if i == 0 && !strings.Contains(fmt.Sprint(resp.ResponseHeadersToAdd), `q=5;w=3600`) {
+				t.Errorf("headers %v, want every member's policy", resp.ResponseHeadersToAdd)
+			}
+		}
+		// is_negative_hits gives back to both limits: the day's has 1 again.
+		back := desc("combo", "c")
+		back.HitsAddend, back.IsNegativeHits = wrapperspb.UInt64(1), true
+		expect(t, "combo refund", d.ask(t, domain, 0, back).Statuses[0], ok, 3, 1)
 	})
 
 	t.Run("bad requests", func(t *testing.T) {

@@ -49,6 +49,22 @@ type bound struct {
 	limiter *fleetlimit.Limiter
 	policy  ratelimitheader.Policy
 	current *rlspb.RateLimitResponse_RateLimit
+	members []*rlspb.RateLimitResponse_RateLimit // current_limit of each also
+}
+
+// tightest is the current_limit and reset of a decision: for a rule with
+// also, those of the member whose figures the Result carries (the tightest,
+// see algorithm.All), else the rule's.
+func (b *bound) tightest(res fleetlimit.Result) (*rlspb.RateLimitResponse_RateLimit, time.Duration) {
+	for i, m := range res.Limits() {
+		if m.Limit == res.Limit && m.Remaining == res.Remaining {
+			if i > 0 {
+				return b.members[i-1], m.ResetAfter
+			}
+			return b.current, m.ResetAfter
+		}
+	}
+	return b.current, res.ResetAfter
 }
 
 // generation is one loaded configuration with its rules bound: what a
@@ -81,15 +97,31 @@ func escape(s string) string {
 	return strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%7D").Replace(s)
 }
 
-// signature names what a rule decides (algorithm, limit, window and burst),
-// as part of its key prefix: a rule whose parameters change on reload starts
-// on keys of its own, and one that does not keeps its keys and counts.
-func signature(algo string, limit int64, window time.Duration, burst int64) string {
-	sig := fmt.Sprintf("%s:%d:%ds", algo, limit, int64(window/time.Second))
-	if algo == algoTokenBucket {
-		sig += ":" + strconv.FormatInt(max(burst, limit), 10)
+// signature names what a rule decides (for each of its limits the
+// algorithm, limit, window and burst), as part of its key prefix: a rule
+// whose parameters change on reload starts on keys of its own, and one that
+// does not keeps its keys and counts.
+func signature(r *rule) string {
+	var sig strings.Builder
+	for i, l := range append([]limitSpec{r.limitSpec}, r.also...) {
+		if i > 0 {
+			sig.WriteByte('+')
+		}
+		fmt.Fprintf(&sig, "%s:%d:%ds", l.algorithm, l.requestsPerUnit, int64(l.window()/time.Second))
+		if l.algorithm == algoTokenBucket {
+			fmt.Fprintf(&sig, ":%d", max(l.burst, int64(l.requestsPerUnit)))
+		}
 	}
-	return sig
+	return sig.String()
+}
+
+// currentLimit is what a status reports of a limit.
+func currentLimit(name string, l limitSpec) *rlspb.RateLimitResponse_RateLimit {
+	c := &rlspb.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: l.requestsPerUnit, Unit: l.unit}
+	if l.multiplier > 0 {
+		c.UnitMultiplier = wrapperspb.UInt32(l.multiplier)
+	}
+	return c
 }
 
 // bind builds the limiter of r. Its name is the domain and the rule's path
@@ -100,16 +132,16 @@ func (ls *limiters) bind(r *rule) (*bound, error) {
 	if r.unlimited {
 		return b, nil
 	}
-	b.current = &rlspb.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.requestsPerUnit, Unit: r.unit}
-	if r.multiplier > 0 {
-		b.current.UnitMultiplier = wrapperspb.UInt32(r.multiplier)
+	b.current = currentLimit(r.name, r.limitSpec)
+	for _, a := range r.also {
+		b.members = append(b.members, currentLimit(r.name, a))
 	}
 	s := r.strategy()
 	if s == nil {
 		return b, nil
 	}
 	name := r.domain + "." + r.path
-	prefix := keyPrefix + escape(r.domain) + ":" + escape(r.path) + ":" + signature(r.algorithm, int64(r.requestsPerUnit), r.window(), r.burst) + ":"
+	prefix := keyPrefix + escape(r.domain) + ":" + escape(r.path) + ":" + signature(r) + ":"
 	opts := append([]fleetlimit.Option{fleetlimit.WithName(name), fleetlimit.WithKeyPrefix(prefix)}, ls.opts...)
 	policy := ls.policy
 	if r.failurePolicy != "" {
@@ -138,6 +170,9 @@ func (ls *limiters) bind(r *rule) (*bound, error) {
 		policyName = name
 	}
 	b.policy = ratelimitheader.NewPolicy(policyName, s.Limit(), s.Window())
+	if len(r.also) > 0 {
+		b.policy = ratelimitheader.ForLimiter(l) // one policy per member
+	}
 	return b, nil
 }
 
@@ -211,8 +246,8 @@ func (s *service) override(domain string, keys []string, o *commonpb.RateLimitDe
 		return nil, fmt.Errorf("more than %d distinct limit overrides", maxOverrides)
 	}
 	r := &rule{
-		domain: domain, path: "override." + k.keys, file: "request", algorithm: algoFixedWindow,
-		requestsPerUnit: k.requestsPerUnit, unit: unit, multiplier: k.multiplier,
+		domain: domain, path: "override." + k.keys, file: "request",
+		limitSpec: limitSpec{algorithm: algoFixedWindow, requestsPerUnit: k.requestsPerUnit, unit: unit, multiplier: k.multiplier},
 	}
 	if w := r.window(); w > algorithm.MaxWindow || w/time.Duration(max(1, r.multiplier)) != unitDuration(unit) {
 		return nil, fmt.Errorf("limit override's window is longer than %v", algorithm.MaxWindow)
@@ -370,13 +405,7 @@ func (s *service) decide(ctx context.Context, it *item) (fleetlimit.Result, erro
 	case it.refund && n > 0:
 		return l.Refund(ctx, it.key, n)
 	case n == 0 || it.refund:
-		// Peek reports what admitting 1 would leave; looking leaves 1 more.
-		res, err := l.Peek(ctx, it.key, 1)
-		if res.Allowed {
-			res.Remaining++
-		}
-		res.Allowed = true // looking is never over the limit
-		return res, err
+		return l.Peek(ctx, it.key, 1) // judge reads it as a look
 	default:
 		return l.AllowN(ctx, it.key, n)
 	}
@@ -397,15 +426,24 @@ func (s *service) judge(it *item) error {
 	default:
 		return status.Errorf(codes.Internal, "%s.%s: %v", it.b.domain, it.b.path, err)
 	}
+	current, reset := it.b.tightest(res)
+	if it.hits == 0 {
+		// A look is never over the limit. Peek reported what admitting 1
+		// would leave: looking leaves 1 more.
+		if res.Allowed {
+			res.Remaining++
+		}
+		res.Allowed = true
+	}
 	code := rlspb.RateLimitResponse_OK
 	if !res.Allowed {
 		code = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	it.st = &rlspb.RateLimitResponse_DescriptorStatus{
 		Code:               code,
-		CurrentLimit:       it.b.current,
+		CurrentLimit:       current,
 		LimitRemaining:     uint32(min(res.Remaining, math.MaxUint32)),
-		DurationUntilReset: durationpb.New(time.Duration(ratelimitheader.Seconds(res.ResetAfter)) * time.Second),
+		DurationUntilReset: durationpb.New(time.Duration(ratelimitheader.Seconds(reset)) * time.Second),
 	}
 	return nil
 }
