@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -594,6 +596,13 @@ func TestRedisDown(t *testing.T) {
 // test ends).
 func ownRedis(t *testing.T) (string, func()) {
 	t.Helper()
+	addr, p := ownRedisProcess(t)
+	return addr, func() { _ = p.Kill() }
+}
+
+// ownRedisProcess is ownRedis, returning the server's process.
+func ownRedisProcess(t *testing.T) (string, *os.Process) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -606,11 +615,11 @@ func ownRedis(t *testing.T) (string, func()) {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	stop := func() {
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
 		<-done
-	}
-	t.Cleanup(stop)
+	})
 	addr := "127.0.0.1:" + port
 	for i := 0; ; i++ {
 		if c, err := net.Dial("tcp", addr); err == nil {
@@ -622,5 +631,39 @@ func ownRedis(t *testing.T) (string, func()) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return addr, stop
+	return addr, cmd.Process
+}
+
+// TestGracefulStop: a request in flight when SIGTERM arrives is answered
+// before the process exits. Redis is paused (SIGSTOP), so the request waits
+// in fleetlimitd for its -timeout; the test sends SIGTERM once
+// fleetlimitd_requests_in_flight says it is there.
+func TestGracefulStop(t *testing.T) {
+	redisAddr(t)
+	addr, redisProc := ownRedisProcess(t)
+	cfg, domain := writeConfig(t, t.TempDir(), "basic.yaml")
+	d := start(t, "-config", cfg, "-redis", addr, "-timeout", "3s")
+	d.ask(t, domain, 0, desc("key2", "warm")) // connections made, scripts loaded
+	if err := redisProc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer redisProc.Signal(syscall.SIGCONT)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := d.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*commonpb.RateLimitDescriptor{desc("key2", "in-flight")}})
+		answered <- err
+	}()
+	for !strings.Contains(get(t, "http://"+d.httpAddr+"/metrics"), "fleetlimitd_requests_in_flight 1") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-answered; err != nil {
+		t.Errorf("the request in flight at SIGTERM: %v, want an answer", err)
+	}
+	<-d.exit
+	if d.err != nil || d.logged("stopped") != 1 {
+		t.Errorf("exit %v; want a clean stop:\n%s", d.err, d.output())
+	}
 }

@@ -13,6 +13,7 @@ type metrics struct {
 	requests *prometheus.CounterVec // code: ok, over_limit, error
 	reloads  *prometheus.CounterVec // result: success, error
 	rules    prometheus.Gauge
+	inFlight prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -29,8 +30,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fleetlimitd_config_rules",
 			Help: "Rate limits (rules) in the configuration in force.",
 		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleetlimitd_requests_in_flight",
+			Help: "ShouldRateLimit calls being answered.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.reloads, m.rules} {
+	for _, c := range []prometheus.Collector{m.requests, m.reloads, m.rules, m.inFlight} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -281,6 +281,8 @@ type item struct {
 // (its hits_addend, else the request's, where 0 means 1) to the key made of
 // the descriptor's values. The answer is OVER_LIMIT when any descriptor is.
 func (s *service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	s.metrics.inFlight.Inc()
+	defer s.metrics.inFlight.Dec()
 	resp, err := s.shouldRateLimit(ctx, req)
 	s.metrics.answered(resp, err)
 	return resp, err
