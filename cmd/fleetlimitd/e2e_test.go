@@ -667,3 +667,18 @@ func TestGracefulStop(t *testing.T) {
 		t.Errorf("exit %v; want a clean stop:\n%s", d.err, d.output())
 	}
 }
+
+// TestMemoryStore: with -memory, fleetlimitd needs no Redis and limits on
+// its own.
+func TestMemoryStore(t *testing.T) {
+	cfg, domain := writeConfig(t, t.TempDir(), "basic.yaml")
+	d := start(t, "-config", cfg, "-memory")
+	awayFromHourEdge()
+	var got []rlspb.RateLimitResponse_Code
+	for range 3 {
+		got = append(got, d.ask(t, domain, 0, desc("key7", "m")).Statuses[0].Code)
+	}
+	if !slices.Equal(got, []rlspb.RateLimitResponse_Code{ok, ok, over}) {
+		t.Errorf("-memory, limit 2: %v, want [OK OK OVER_LIMIT]", got)
+	}
+}

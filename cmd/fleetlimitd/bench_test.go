@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// BenchmarkService measures what the service costs over a plain
+// Limiter.AllowN in process, side by side on the same Redis
+// (FLEETLIMIT_REDIS_ADDR) with the same rule (a fixed window that never
+// denies, over 1000 keys): "grpc" is ShouldRateLimit through a gRPC server
+// and client on loopback in this process (one connection, as Envoy keeps
+// few), "allow" is the rule's Limiter called directly. Each is run with 1, 8
+// and 64 concurrent clients; ns/op is the wall time per call over all
+// clients (its inverse is calls per second), p50 and p99 each call's latency.
+//
+//	NORACE=1 ./test.sh -run '^$' -bench BenchmarkService ./cmd/fleetlimitd/
+func BenchmarkService(b *testing.B) {
+	addr := os.Getenv("FLEETLIMIT_REDIS_ADDR")
+	if addr == "" {
+		b.Skip("FLEETLIMIT_REDIS_ADDR is not set: run through ./test.sh")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	st, err := store.NewRedis(rdb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := &service{limiters: &limiters{store: st}, headers: true, log: slog.New(slog.DiscardHandler), metrics: m}
+	gen, err := svc.build(map[string][]byte{"bench.yaml": []byte(
+		"domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n")}, [32]byte{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc.install(gen)
+	var limiter = gen.bound[gen.cfg.rules[0]].limiter
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	rlspb.RegisterRateLimitServiceServer(srv, svc)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlspb.NewRateLimitServiceClient(conn)
+
+	keys := make([]string, 1000)
+	reqs := make([]*rlspb.RateLimitRequest, len(keys))
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%d", i)
+		reqs[i] = &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*commonpb.RateLimitDescriptor{desc("user", keys[i])}}
+	}
+	ctx := context.Background()
+	calls := map[string]func(i int) error{
+		"grpc": func(i int) error {
+			resp, err := client.ShouldRateLimit(ctx, reqs[i%len(reqs)])
+			if err == nil && resp.OverallCode != rlspb.RateLimitResponse_OK {
+				err = fmt.Errorf("denied: %v", resp)
+			}
+			return err
+		},
+		"allow": func(i int) error {
+			res, err := limiter.AllowN(ctx, keys[i%len(keys)], 1)
+			if err == nil && !res.Allowed {
+				err = fmt.Errorf("denied: %+v", res)
+			}
+			return err
+		},
+	}
+	for _, clients := range []int{1, 8, 64} {
+		for _, name := range []string{"allow", "grpc"} {
+			b.Run(fmt.Sprintf("%s/clients=%d", name, clients), func(b *testing.B) {
+				call := calls[name]
+				lat := make([][]time.Duration, clients)
+				var wg sync.WaitGroup
+				errs := make(chan error, clients)
+				b.ResetTimer()
+				for c := range clients {
+					wg.Go(func() {
+						for i := c; i < b.N; i += clients {
+							t0 := time.Now()
+							if err := call(i); err != nil {
+								errs <- err
+								return
+							}
+							lat[c] = append(lat[c], time.Since(t0))
+						}
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				close(errs)
+				for err := range errs {
+					b.Fatal(err)
+				}
+				all := slices.Concat(lat...)
+				slices.Sort(all)
+				if len(all) > 0 {
+					b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+					b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+				}
+			})
+		}
+	}
+}
