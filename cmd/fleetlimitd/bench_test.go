@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -46,7 +47,10 @@ func BenchmarkService(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := &service{limiters: &limiters{store: st}, headers: true, log: slog.New(slog.DiscardHandler), metrics: m}
+	// A timeout of a second: a decision degraded by the shared machine's
+	// stalls would end the run.
+	ls := &limiters{store: st, opts: []fleetlimit.Option{fleetlimit.WithTimeout(time.Second)}}
+	svc := &service{limiters: ls, headers: true, log: slog.New(slog.DiscardHandler), metrics: m}
 	gen, err := svc.build(map[string][]byte{"bench.yaml": []byte(
 		"domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n")}, [32]byte{})
 	if err != nil {
@@ -97,6 +101,9 @@ func BenchmarkService(b *testing.B) {
 		for _, name := range []string{"allow", "grpc"} {
 			b.Run(fmt.Sprintf("%s/clients=%d", name, clients), func(b *testing.B) {
 				call := calls[name]
+				if err := call(0); err != nil { // connections and scripts ready
+					b.Fatal(err)
+				}
 				lat := make([][]time.Duration, clients)
 				var wg sync.WaitGroup
 				errs := make(chan error, clients)
