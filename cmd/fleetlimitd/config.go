@@ -279,8 +279,23 @@ func (p *parser) fields(n *yaml.Node, what string, allowed []string) map[string]
 		return nil
 	}
 	m := map[string]*yaml.Node{}
+	merged := map[string]*yaml.Node{} // from merge keys ("<<: *defaults")
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			sources := []*yaml.Node{v}
+			if v.Kind == yaml.SequenceNode {
+				sources = v.Content
+			}
+			for _, src := range sources {
+				for key, val := range p.fields(src, what, allowed) {
+					if _, set := merged[key]; !set {
+						merged[key] = val
+					}
+				}
+			}
+			continue
+		}
 		if k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" {
 			p.errorf(k.Line, "config error, key is not of type string: %v", k.Value)
 			continue
@@ -295,7 +310,40 @@ func (p *parser) fields(n *yaml.Node, what string, allowed []string) map[string]
 		}
 		m[k.Value] = v
 	}
+	for key, val := range merged {
+		if _, set := m[key]; !set {
+			m[key] = val
+		}
+	}
 	return m
+}
+
+// maxNodes bounds the nodes a file holds once its aliases are expanded, so
+// that aliases of aliases cannot make a small file an enormous
+// configuration.
+const maxNodes = 1_000_000
+
+// resolveAliases replaces each alias in n's tree by the node it names, as
+// yaml.v2 (which envoyproxy/ratelimit reads with) resolves them, and returns
+// how many nodes the tree holds expanded (counting up to past maxNodes);
+// size memoizes it per node.
+func resolveAliases(n *yaml.Node, size map[*yaml.Node]int) int {
+	if s, done := size[n]; done {
+		return s
+	}
+	size[n] = 1 // an alias cycle counts once
+	total := 1
+	for i, c := range n.Content {
+		if c.Kind == yaml.AliasNode && c.Alias != nil {
+			n.Content[i] = c.Alias
+			c = c.Alias
+		}
+		if total += resolveAliases(c, size); total > maxNodes {
+			break
+		}
+	}
+	size[n] = total
+	return total
 }
 
 func kindName(n *yaml.Node) string {
@@ -368,6 +416,10 @@ func (p *parser) file1(content []byte) (string, *node) {
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		p.errorf(0, "config file cannot have empty domain")
+		return "", nil
+	}
+	if resolveAliases(&doc, map[*yaml.Node]int{}) > maxNodes {
+		p.errorf(0, "more than %d nodes once its aliases are expanded", maxNodes)
 		return "", nil
 	}
 	root := p.fields(doc.Content[0], "the file", rootKeys)

@@ -190,3 +190,26 @@ func TestDocsConfig(t *testing.T) {
 		t.Errorf("found %d configuration blocks in docs/service.md, want at least 2", blocks)
 	}
 }
+
+// TestAliases: anchors, aliases and merge keys are resolved.
+func TestAliases(t *testing.T) {
+	cfg, err := loadFixture(t, "aliases.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]uint32{"a": 7, "b": 7, "c": 9} {
+		r, _ := cfg.match("test-domain", []string{key}, []string{"x"})
+		if r == nil || r.requestsPerUnit != want || r.unit != rlspb.RateLimitResponse_RateLimit_HOUR {
+			t.Errorf("key %s: rule %+v, want %d per hour", key, r, want)
+		}
+	}
+	// Aliases of aliases: ten levels of ten would be 10^10 descriptors.
+	var b strings.Builder
+	b.WriteString("domain: d\nl0: &l0 [{key: k}]\n")
+	for i := 1; i <= 10; i++ {
+		fmt.Fprintf(&b, "l%d: &l%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d, ", i-1), 10), ", "))
+	}
+	if _, err := parseConfig(map[string][]byte{"laughs.yaml": []byte(b.String())}); err == nil || !strings.Contains(err.Error(), "laughs.yaml: more than 1000000 nodes once its aliases are expanded") {
+		t.Errorf("aliases of aliases: %v, want refused", err)
+	}
+}
