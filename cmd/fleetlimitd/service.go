@@ -396,7 +396,7 @@ func (s *service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	return resp, nil
 }
 
-// decide asks it's limiter: a refund gives hits back, hits 0 only looks
+// decide asks the limiter of it: a refund gives hits back, hits 0 only looks
 // (Peek, recording nothing, as envoyproxy/ratelimit's hits_addend 0 adds
 // nothing), and any other hits are charged. A cost beyond what AllowN
 // accepts cannot pass any limit: the most it accepts is asked instead.
@@ -413,7 +413,7 @@ func (s *service) decide(ctx context.Context, it *item) (fleetlimit.Result, erro
 	}
 }
 
-// judge turns it's decision into its status, or returns the error to answer
+// judge turns the decision of it into its status, or returns the error to answer
 // the whole request with. A store that could not decide is not an error:
 // the failure policy decided (by default in process, at the rule's limit),
 // and that is logged.
@@ -429,6 +429,9 @@ func (s *service) judge(it *item) error {
 		return status.Errorf(codes.Internal, "%s.%s: %v", it.b.domain, it.b.path, err)
 	}
 	current, reset := it.b.tightest(res)
+	if it.refund {
+		res.Allowed = true // a refund is never over the limit, even one lost
+	}
 	if it.hits == 0 {
 		// A look is never over the limit. Peek reported what admitting 1
 		// would leave: looking leaves 1 more.
