@@ -682,3 +682,19 @@ func TestMemoryStore(t *testing.T) {
 		t.Errorf("-memory, limit 2: %v, want [OK OK OVER_LIMIT]", got)
 	}
 }
+
+// TestGlobalShadow: with -shadow every answer is OK overall, and the
+// statuses still say which descriptor is over its limit.
+func TestGlobalShadow(t *testing.T) {
+	cfg, domain := writeConfig(t, t.TempDir(), "basic.yaml")
+	d := start(t, "-config", cfg, "-redis", redisAddr(t), "-shadow")
+	awayFromHourEdge()
+	var overall, statuses []rlspb.RateLimitResponse_Code
+	for range 3 {
+		resp := d.ask(t, domain, 0, desc("key7", "g"))
+		overall, statuses = append(overall, resp.OverallCode), append(statuses, resp.Statuses[0].Code)
+	}
+	if !slices.Equal(overall, []rlspb.RateLimitResponse_Code{ok, ok, ok}) || !slices.Equal(statuses, []rlspb.RateLimitResponse_Code{ok, ok, over}) {
+		t.Errorf("-shadow, limit 2: overall %v, statuses %v; want all OK overall, statuses [OK OK OVER_LIMIT]", overall, statuses)
+	}
+}

@@ -68,6 +68,7 @@ type options struct {
 	shutdownTimeout time.Duration
 	pingTimeout     time.Duration
 	headers         bool
+	shadow          bool
 	logLevel        string
 	logFormat       string
 }
@@ -91,6 +92,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.reloadInterval, "reload-interval", time.Second, "how often the configuration is read again and, if changed, reloaded; 0 never")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long in-flight requests have to be answered")
 	fs.DurationVar(&o.pingTimeout, "ping-timeout", 5*time.Second, "how long the start-up Ping of Redis may take")
+	fs.BoolVar(&o.shadow, "shadow", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every answer's overall_code is OK, the statuses still say which descriptors are over their limit")
 	fs.BoolVar(&o.headers, "ratelimit-headers", true, "add the draft RateLimit-Policy, RateLimit and (on OVER_LIMIT) Retry-After headers to answers")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
@@ -283,7 +285,7 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		defer fallback.Close()
 		ls.fallback = fleetlimit.WithFallback(fallback, o.instances)
 	}
-	svc := &service{limiters: ls, headers: o.headers, log: log, metrics: m}
+	svc := &service{limiters: ls, headers: o.headers, shadow: o.shadow, log: log, metrics: m}
 
 	gen, err := svc.bindGeneration(cfg, hash)
 	if err != nil {

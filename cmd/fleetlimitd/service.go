@@ -212,6 +212,7 @@ type service struct {
 	gen      atomic.Pointer[generation]
 	limiters *limiters
 	headers  bool // add the draft RateLimit headers to answers
+	shadow   bool // global shadow mode: overall_code is always OK
 	log      *slog.Logger
 	metrics  *metrics
 	degraded degradedLog
@@ -389,6 +390,9 @@ func (s *service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	}
 	if len(limits) > 0 {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corepb.HeaderValue{Key: "RateLimit", Value: strings.Join(limits, ", ")})
+	}
+	if s.shadow {
+		resp.OverallCode = rlspb.RateLimitResponse_OK
 	}
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && canRetry && retryAfter > 0 {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corepb.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(retryAfter, 10)})
