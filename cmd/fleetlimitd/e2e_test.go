@@ -2,9 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -600,8 +607,9 @@ func ownRedis(t *testing.T) (string, func()) {
 	return addr, func() { _ = p.Kill() }
 }
 
-// ownRedisProcess is ownRedis, returning the server's process.
-func ownRedisProcess(t *testing.T) (string, *os.Process) {
+// ownRedisProcess is ownRedis, returning the server's process; args are
+// added to redis-server's, and "TLS" as the first makes the port a TLS one.
+func ownRedisProcess(t *testing.T, args ...string) (string, *os.Process) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -609,7 +617,11 @@ func ownRedisProcess(t *testing.T) (string, *os.Process) {
 	}
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
-	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	ports := []string{"--port", port}
+	if len(args) > 0 && args[0] == "TLS" {
+		ports, args = []string{"--port", "0", "--tls-port", port}, args[1:]
+	}
+	cmd := exec.Command("redis-server", append(append(ports, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()), args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Skipf("redis-server: %v", err)
 	}
@@ -697,4 +709,88 @@ func TestGlobalShadow(t *testing.T) {
 	if !slices.Equal(overall, []rlspb.RateLimitResponse_Code{ok, ok, ok}) || !slices.Equal(statuses, []rlspb.RateLimitResponse_Code{ok, ok, over}) {
 		t.Errorf("-shadow, limit 2: overall %v, statuses %v; want all OK overall, statuses [OK OK OVER_LIMIT]", overall, statuses)
 	}
+}
+
+// TestRedisTLSAndPassword: fleetlimitd reaches a redis-server that takes
+// only TLS and a password, with -redis-tls, -redis-tls-ca and
+// FLEETLIMITD_REDIS_PASSWORD; without TLS, or with a wrong password, the
+// start-up Ping fails.
+func TestRedisTLSAndPassword(t *testing.T) {
+	redisAddr(t)
+	dir := t.TempDir()
+	ca, cert, key := writeCerts(t, dir)
+	addr, _ := ownRedisProcess(t, "TLS", "--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca,
+		"--tls-auth-clients", "no", "--requirepass", "s3cret")
+	cfg, domain := writeConfig(t, t.TempDir(), "basic.yaml")
+
+	t.Setenv("FLEETLIMITD_REDIS_PASSWORD", "s3cret")
+	for _, args := range [][]string{
+		{"-redis", addr},               // no TLS
+		{"-redis", addr, "-redis-tls"}, // TLS, but the CA is not trusted
+	} {
+		out, err := exec.Command(binary, append([]string{"-config", cfg, "-ping-timeout", "2s"}, args...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "redis is not answering") {
+			t.Errorf("%v: %v\n%s\nwant a failed start-up ping", args, err, out)
+		}
+	}
+	t.Setenv("FLEETLIMITD_REDIS_PASSWORD", "wrong")
+	out, err := exec.Command(binary, "-config", cfg, "-ping-timeout", "2s", "-redis", addr, "-redis-tls", "-redis-tls-ca", ca).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "redis is not answering") {
+		t.Errorf("wrong password: %v\n%s\nwant a failed start-up ping", err, out)
+	}
+
+	t.Setenv("FLEETLIMITD_REDIS_PASSWORD", "s3cret")
+	d := start(t, "-config", cfg, "-redis", addr, "-redis-tls", "-redis-tls-ca", ca)
+	awayFromHourEdge()
+	if st := d.ask(t, domain, 0, desc("key7", "tls")).Statuses[0]; st.Code != ok || st.LimitRemaining != 1 {
+		t.Errorf("over TLS: %v, want OK with remaining 1", st)
+	}
+	if d.logged("store could not decide; the failure policy did") > 0 {
+		t.Errorf("decisions over TLS were degraded:\n%s", d.output())
+	}
+}
+
+// writeCerts writes a CA and a certificate for 127.0.0.1 it signed, as PEM
+// files in dir.
+func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleetlimitd test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caTmpl, &srvKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, der []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", srvDER), write("key.pem", "EC PRIVATE KEY", keyDER)
 }
