@@ -608,7 +608,8 @@ func ownRedis(t *testing.T) (string, func()) {
 }
 
 // ownRedisProcess is ownRedis, returning the server's process; args are
-// added to redis-server's, and "TLS" as the first makes the port a TLS one.
+// added to redis-server's, "TLS" as the first makes the port a TLS one, and
+// a first ending in ".conf" is the configuration file (a Sentinel's).
 func ownRedisProcess(t *testing.T, args ...string) (string, *os.Process) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -621,7 +622,11 @@ func ownRedisProcess(t *testing.T, args ...string) (string, *os.Process) {
 	if len(args) > 0 && args[0] == "TLS" {
 		ports, args = []string{"--port", "0", "--tls-port", port}, args[1:]
 	}
-	cmd := exec.Command("redis-server", append(append(ports, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()), args...)...)
+	var file []string
+	if len(args) > 0 && strings.HasSuffix(args[0], ".conf") {
+		file, args = args[:1], args[1:]
+	}
+	cmd := exec.Command("redis-server", slices.Concat(file, ports, []string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args)...)
 	if err := cmd.Start(); err != nil {
 		t.Skipf("redis-server: %v", err)
 	}
@@ -793,4 +798,27 @@ func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
 		return path
 	}
 	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", srvDER), write("key.pem", "EC PRIVATE KEY", keyDER)
+}
+
+// TestSentinel: with -sentinel-master, fleetlimitd finds Redis through a
+// Sentinel.
+func TestSentinel(t *testing.T) {
+	redisAddr(t)
+	master, _ := ownRedisProcess(t)
+	host, port, _ := net.SplitHostPort(master)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(conf, []byte("sentinel monitor fleet "+host+" "+port+" 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sentinel, _ := ownRedisProcess(t, conf, "--sentinel")
+	cfg, domain := writeConfig(t, t.TempDir(), "basic.yaml")
+	d := start(t, "-config", cfg, "-sentinel-master", "fleet", "-redis", sentinel)
+	awayFromHourEdge()
+	if st := d.ask(t, domain, 0, desc("key7", "sentinel")).Statuses[0]; st.Code != ok || st.LimitRemaining != 1 {
+		t.Errorf("through a Sentinel: %v, want OK with remaining 1", st)
+	}
+	if d.logged("store could not decide; the failure policy did") > 0 {
+		t.Errorf("decisions through the Sentinel were degraded:\n%s", d.output())
+	}
 }
