@@ -109,14 +109,20 @@ func TestDifferential(t *testing.T) {
 	// denied request's hits, fleetlimitd does not. Of 10 per hour, hits of
 	// 4, 4 and 4 (denied), then 2: fleetlimitd admits the 2, envoyproxy/ratelimit
 	// does not.
+	// Then a look (hits_addend 0): OK with 0 left here, OVER_LIMIT there,
+	// where the denied hits took the count past the limit.
 	var codes [2][]rlspb.RateLimitResponse_Code
-	for _, hits := range []uint32{4, 4, 4, 2} {
-		req := &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*commonpb.RateLimitDescriptor{desc("counted", "d")}, HitsAddend: hits}
+	for _, hits := range []uint32{4, 4, 4, 2, 0} {
+		d := desc("counted", "d")
+		if hits == 0 {
+			d = look("counted", "d")
+		}
+		req := &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*commonpb.RateLimitDescriptor{d}, HitsAddend: hits}
 		codes[0] = append(codes[0], ask(ours.client, req).Statuses[0].Code)
 		codes[1] = append(codes[1], ask(ref, req).Statuses[0].Code)
 	}
-	if !slices.Equal(codes[0], []rlspb.RateLimitResponse_Code{ok, ok, over, ok}) || !slices.Equal(codes[1], []rlspb.RateLimitResponse_Code{ok, ok, over, over}) {
-		t.Errorf("hits 4, 4, 4, 2 of 10: fleetlimitd %v, envoyproxy/ratelimit %v; want [OK OK OVER OK] and [OK OK OVER OVER]", codes[0], codes[1])
+	if !slices.Equal(codes[0], []rlspb.RateLimitResponse_Code{ok, ok, over, ok, ok}) || !slices.Equal(codes[1], []rlspb.RateLimitResponse_Code{ok, ok, over, over, over}) {
+		t.Errorf("hits 4, 4, 4, 2, then a look, of 10: fleetlimitd %v, envoyproxy/ratelimit %v; want [OK OK OVER OK OK] and [OK OK OVER OVER OVER]", codes[0], codes[1])
 	}
 }
 
