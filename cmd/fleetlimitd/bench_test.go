@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -100,39 +101,89 @@ func BenchmarkService(b *testing.B) {
 	for _, clients := range []int{1, 8, 64} {
 		for _, name := range []string{"allow", "grpc"} {
 			b.Run(fmt.Sprintf("%s/clients=%d", name, clients), func(b *testing.B) {
-				call := calls[name]
-				if err := call(0); err != nil { // connections and scripts ready
-					b.Fatal(err)
-				}
-				lat := make([][]time.Duration, clients)
-				var wg sync.WaitGroup
-				errs := make(chan error, clients)
-				b.ResetTimer()
-				for c := range clients {
-					wg.Go(func() {
-						for i := c; i < b.N; i += clients {
-							t0 := time.Now()
-							if err := call(i); err != nil {
-								errs <- err
-								return
-							}
-							lat[c] = append(lat[c], time.Since(t0))
-						}
-					})
-				}
-				wg.Wait()
-				b.StopTimer()
-				close(errs)
-				for err := range errs {
-					b.Fatal(err)
-				}
-				all := slices.Concat(lat...)
-				slices.Sort(all)
-				if len(all) > 0 {
-					b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-					b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-				}
+				measure(b, clients, calls[name])
 			})
 		}
+	}
+}
+
+// BenchmarkProcesses measures fleetlimitd as Envoy meets it, a process of
+// its own, and envoyproxy/ratelimit beside it when FLEETLIMITD_ENVOY_RATELIMIT
+// names its binary: the same configuration (a fixed window that never
+// denies), the same Redis, the same 1000 keys, one gRPC connection each,
+// 1, 8 and 64 concurrent clients.
+//
+//	FLEETLIMITD_ENVOY_RATELIMIT=$(go env GOPATH)/bin/service_cmd \
+//	NORACE=1 ./test.sh -run '^$' -bench BenchmarkProcesses ./cmd/fleetlimitd/
+func BenchmarkProcesses(b *testing.B) {
+	addr := redisAddr(b)
+	root := b.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "rl", "config"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	writeFile(b, filepath.Join(root, "rl", "config", "config.yaml"),
+		"domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n")
+	services := map[string]rlspb.RateLimitServiceClient{
+		"fleetlimitd": start(b, "-config", filepath.Join(root, "rl", "config"), "-redis", addr, "-timeout", "1s").client,
+	}
+	names := []string{"fleetlimitd"}
+	if theirs := os.Getenv("FLEETLIMITD_ENVOY_RATELIMIT"); theirs != "" {
+		services["envoyproxy"] = startEnvoyRatelimit(b, theirs, root, addr)
+		names = append(names, "envoyproxy")
+	}
+	reqs := make([]*rlspb.RateLimitRequest, 1000)
+	for i := range reqs {
+		reqs[i] = &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*commonpb.RateLimitDescriptor{desc("user", fmt.Sprintf("user-%d", i))}}
+	}
+	for _, clients := range []int{1, 8, 64} {
+		for _, name := range names {
+			client := services[name]
+			b.Run(fmt.Sprintf("%s/clients=%d", name, clients), func(b *testing.B) {
+				measure(b, clients, func(i int) error {
+					resp, err := client.ShouldRateLimit(context.Background(), reqs[i%len(reqs)])
+					if err == nil && resp.OverallCode != rlspb.RateLimitResponse_OK {
+						err = fmt.Errorf("denied: %v", resp)
+					}
+					return err
+				})
+			})
+		}
+	}
+}
+
+// measure runs b.N calls of call, spread over clients goroutines, after one
+// warm-up call, and reports each call's p50 and p99 latency beside ns/op
+// (the wall time per call over all clients).
+func measure(b *testing.B, clients int, call func(i int) error) {
+	if err := call(0); err != nil { // connections and scripts ready
+		b.Fatal(err)
+	}
+	lat := make([][]time.Duration, clients)
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	b.ResetTimer()
+	for c := range clients {
+		wg.Go(func() {
+			for i := c; i < b.N; i += clients {
+				t0 := time.Now()
+				if err := call(i); err != nil {
+					errs <- err
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 	}
 }

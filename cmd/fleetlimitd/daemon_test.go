@@ -55,16 +55,11 @@ func TestMain(m *testing.M) {
 
 // redisAddr is FLEETLIMIT_REDIS_ADDR: the test skips without it, and fails
 // when FLEETLIMIT_REQUIRE_REDIS=1 (as ./test.sh sets).
-func redisAddr(t *testing.T) string {
+func redisAddr(t testing.TB) string {
 	return needEnv(t, "FLEETLIMIT_REDIS_ADDR")
 }
 
-// clusterAddrs is FLEETLIMIT_REDIS_CLUSTER_ADDRS, as redisAddr.
-func clusterAddrs(t *testing.T) string {
-	return needEnv(t, "FLEETLIMIT_REDIS_CLUSTER_ADDRS")
-}
-
-func needEnv(t *testing.T, name string) string {
+func needEnv(t testing.TB, name string) string {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
@@ -79,7 +74,7 @@ func needEnv(t *testing.T, name string) string {
 // writeConfig writes the fixture name into dir with its domain replaced by
 // a fresh one (so that runs never share counters), and returns the file and
 // the domain.
-func writeConfig(t *testing.T, dir, name string) (path, domain string) {
+func writeConfig(t testing.TB, dir, name string) (path, domain string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
@@ -99,7 +94,7 @@ func freshDomain() string {
 
 // writeFile replaces path's content in one rename, as a configuration
 // manager does, so that a reload never reads half a file.
-func writeFile(t *testing.T, path, content string) {
+func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
@@ -128,7 +123,7 @@ type daemon struct {
 // start runs fleetlimitd with args (after the test's own: loopback ports,
 // JSON logs, a fast reload) and waits until it serves; it is stopped, with
 // SIGTERM, when the test ends.
-func start(t *testing.T, args ...string) *daemon {
+func start(t testing.TB, args ...string) *daemon {
 	t.Helper()
 	d := runDaemon(t, args...)
 	select {
@@ -151,7 +146,7 @@ func start(t *testing.T, args ...string) *daemon {
 }
 
 // runDaemon starts the process and its log reader, without waiting.
-func runDaemon(t *testing.T, args ...string) *daemon {
+func runDaemon(t testing.TB, args ...string) *daemon {
 	t.Helper()
 	all := append([]string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-log-format", "json", "-reload-interval", "50ms"}, args...)
 	d := &daemon{cmd: exec.Command(binary, all...), exit: make(chan struct{})}
@@ -222,7 +217,7 @@ func (d *daemon) output() string {
 }
 
 // waitLogged waits (up to a minute) for n records with message msg.
-func (d *daemon) waitLogged(t *testing.T, msg string, n int) {
+func (d *daemon) waitLogged(t testing.TB, msg string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for d.logged(msg) < n {
@@ -234,7 +229,7 @@ func (d *daemon) waitLogged(t *testing.T, msg string, n int) {
 }
 
 // stop sends SIGTERM and waits for a clean exit (a kill after 30s).
-func (d *daemon) stop(t *testing.T) {
+func (d *daemon) stop(t testing.TB) {
 	select {
 	case <-d.exit:
 		return
@@ -263,7 +258,7 @@ func desc(kv ...string) *commonpb.RateLimitDescriptor {
 }
 
 // ask sends one ShouldRateLimit and fails the test on a gRPC error.
-func (d *daemon) ask(t *testing.T, domain string, hits uint32, ds ...*commonpb.RateLimitDescriptor) *rlspb.RateLimitResponse {
+func (d *daemon) ask(t testing.TB, domain string, hits uint32, ds ...*commonpb.RateLimitDescriptor) *rlspb.RateLimitResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -129,7 +129,7 @@ func TestDifferential(t *testing.T) {
 // startEnvoyRatelimit runs envoyproxy/ratelimit's binary with its
 // configuration under root/rl/config, on Redis at addr, and returns a
 // client of it; it is stopped when the test ends.
-func startEnvoyRatelimit(t *testing.T, binary, root, addr string) rlspb.RateLimitServiceClient {
+func startEnvoyRatelimit(t testing.TB, binary, root, addr string) rlspb.RateLimitServiceClient {
 	t.Helper()
 	port := func() string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
