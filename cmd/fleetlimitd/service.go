@@ -332,10 +332,10 @@ func (s *service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 	}
 
-	// Decide: one store round trip per limited descriptor, up to
-	// maxParallel at a time (the Redis store pipelines them).
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, maxParallel)
+	// Decide: one store round trip per limited descriptor; several run
+	// concurrently, up to maxParallel at a time (the Redis store pipelines
+	// them), and a single one on this goroutine.
+	var limited []*item
 	for i := range items {
 		it := &items[i]
 		switch {
@@ -346,14 +346,23 @@ func (s *service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		case it.b.limiter == nil:
 			it.st = denyAll(it.b, it.hits, time.Now())
 		default:
+			limited = append(limited, it)
+		}
+	}
+	if len(limited) == 1 {
+		limited[0].res, limited[0].err = s.decide(ctx, limited[0])
+	} else if len(limited) > 1 {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, maxParallel)
+		for _, it := range limited {
 			sem <- struct{}{}
 			wg.Go(func() {
 				it.res, it.err = s.decide(ctx, it)
 				<-sem
 			})
 		}
+		wg.Wait()
 	}
-	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
