@@ -213,3 +213,42 @@ func TestAliases(t *testing.T) {
 		t.Errorf("aliases of aliases: %v, want refused", err)
 	}
 }
+
+// FuzzParseConfig: any file content is loaded or refused with
+// *ConfigErrors, never a panic; a loaded configuration's rules all bind to
+// limiters, and matching any descriptor against it does not panic.
+func FuzzParseConfig(f *testing.F) {
+	for _, dir := range []string{"testdata", filepath.Join("testdata", "bad")} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(b, "key1", "value1")
+		}
+	}
+	f.Fuzz(func(t *testing.T, content []byte, key, value string) {
+		cfg, err := parseConfig(map[string][]byte{"f.yaml": content})
+		if err != nil {
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				var ce *ConfigError
+				if !errors.As(e, &ce) || ce.File != "f.yaml" {
+					t.Fatalf("error %v is not a *ConfigError of f.yaml", e)
+				}
+			}
+			return
+		}
+		for domain := range cfg.domains {
+			cfg.match(domain, []string{key}, []string{value})
+			cfg.match(domain, []string{key, key}, []string{value, value})
+		}
+		for _, r := range cfg.rules {
+			if s := r.strategy(); s != nil {
+				if err := s.Validate(); err != nil {
+					t.Fatalf("rule %s loaded with an invalid strategy: %v", r.path, err)
+				}
+			}
+		}
+	})
+}

@@ -27,29 +27,42 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// binary is the fleetlimitd built for the tests (with -race when the tests
-// run with it), in a directory removed when they end.
-var binary string
+// The fleetlimitd binary under test, built on first use (with -race when
+// the tests run with it) into a directory TestMain removes.
+var (
+	buildDir  string
+	buildOnce sync.Once
+	built     string
+	buildErr  error
+)
+
+// fleetlimitd returns the path of the binary under test, building it once.
+func fleetlimitd(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		built = filepath.Join(buildDir, "fleetlimitd")
+		args := []string{"build", "-o", built}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return built
+}
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleetlimitd-test")
-	if err != nil {
+	var err error
+	if buildDir, err = os.MkdirTemp("", "fleetlimitd-test"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "fleetlimitd")
-	args := []string{"build", "-o", binary}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	os.RemoveAll(buildDir)
 	os.Exit(code)
 }
 
@@ -149,7 +162,7 @@ func start(t testing.TB, args ...string) *daemon {
 func runDaemon(t testing.TB, args ...string) *daemon {
 	t.Helper()
 	all := append([]string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-log-format", "json", "-reload-interval", "50ms"}, args...)
-	d := &daemon{cmd: exec.Command(binary, all...), exit: make(chan struct{})}
+	d := &daemon{cmd: exec.Command(fleetlimitd(t), all...), exit: make(chan struct{})}
 	d.cmd.Env = os.Environ()
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {

@@ -464,13 +464,13 @@ func TestReload(t *testing.T) {
 // (naming file, line and reason) nor without Redis (start-up Ping).
 func TestStartRefused(t *testing.T) {
 	bad := filepath.Join("testdata", "bad", "bad_unit.yaml")
-	out, err := exec.Command(binary, "-config", bad, "-redis", "127.0.0.1:1").CombinedOutput()
+	out, err := exec.Command(fleetlimitd(t), "-config", bad, "-redis", "127.0.0.1:1").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), bad+":6: invalid rate limit unit 'foo'") {
 		t.Errorf("bad config: %v\n%s\nwant a failure naming %s:6", err, out, bad)
 	}
 	// A port nothing listens on: the start-up Ping fails loudly.
 	good := filepath.Join("testdata", "basic.yaml")
-	out, err = exec.Command(binary, "-config", good, "-redis", "127.0.0.1:1", "-ping-timeout", "2s").CombinedOutput()
+	out, err = exec.Command(fleetlimitd(t), "-config", good, "-redis", "127.0.0.1:1", "-ping-timeout", "2s").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "redis is not answering (start-up ping of 127.0.0.1:1)") {
 		t.Errorf("no Redis: %v\n%s\nwant a failed start-up ping", err, out)
 	}
@@ -733,13 +733,13 @@ func TestRedisTLSAndPassword(t *testing.T) {
 		{"-redis", addr},               // no TLS
 		{"-redis", addr, "-redis-tls"}, // TLS, but the CA is not trusted
 	} {
-		out, err := exec.Command(binary, append([]string{"-config", cfg, "-ping-timeout", "2s"}, args...)...).CombinedOutput()
+		out, err := exec.Command(fleetlimitd(t), append([]string{"-config", cfg, "-ping-timeout", "2s"}, args...)...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "redis is not answering") {
 			t.Errorf("%v: %v\n%s\nwant a failed start-up ping", args, err, out)
 		}
 	}
 	t.Setenv("FLEETLIMITD_REDIS_PASSWORD", "wrong")
-	out, err := exec.Command(binary, "-config", cfg, "-ping-timeout", "2s", "-redis", addr, "-redis-tls", "-redis-tls-ca", ca).CombinedOutput()
+	out, err := exec.Command(fleetlimitd(t), "-config", cfg, "-ping-timeout", "2s", "-redis", addr, "-redis-tls", "-redis-tls-ca", ca).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "redis is not answering") {
 		t.Errorf("wrong password: %v\n%s\nwant a failed start-up ping", err, out)
 	}
