@@ -133,8 +133,8 @@ type daemon struct {
 	lines strings.Builder
 }
 
-// start runs fleetlimitd with args (after the test's own: loopback ports,
-// JSON logs, a fast reload) and waits until it serves; it is stopped, with
+// start runs fleetlimitd with args (after the test's own, which they can
+// override: loopback ports, JSON logs, a fast reload, a 5s timeout) and waits until it serves; it is stopped, with
 // SIGTERM, when the test ends.
 func start(t testing.TB, args ...string) *daemon {
 	t.Helper()
@@ -161,7 +161,10 @@ func start(t testing.TB, args ...string) *daemon {
 // runDaemon starts the process and its log reader, without waiting.
 func runDaemon(t testing.TB, args ...string) *daemon {
 	t.Helper()
-	all := append([]string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-log-format", "json", "-reload-interval", "50ms"}, args...)
+	// A decision timeout of 5s: on the loaded test machine a decision past
+	// the default 100ms would be made by the failure policy, and answers
+	// would not be the store's. Tests of the timeout give their own.
+	all := append([]string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-log-format", "json", "-reload-interval", "50ms", "-timeout", "5s"}, args...)
 	d := &daemon{cmd: exec.Command(fleetlimitd(t), all...), exit: make(chan struct{})}
 	d.cmd.Env = os.Environ()
 	stderr, err := d.cmd.StderrPipe()
