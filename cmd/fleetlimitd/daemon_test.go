@@ -134,8 +134,8 @@ type daemon struct {
 }
 
 // start runs fleetlimitd with args (after the test's own, which they can
-// override: loopback ports, JSON logs, a fast reload, a 5s timeout) and waits until it serves; it is stopped, with
-// SIGTERM, when the test ends.
+// override: loopback ports, JSON logs, a fast reload, a 5s timeout) and
+// waits until it serves; it is stopped, with SIGTERM, when the test ends.
 func start(t testing.TB, args ...string) *daemon {
 	t.Helper()
 	d := runDaemon(t, args...)
