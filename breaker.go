@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -29,17 +30,36 @@ var errCircuitOpen = fmt.Errorf("%w: %w", ErrStoreUnavailable, ErrCircuitOpen)
 // the probe waits on.
 var errProbeRunning = fmt.Errorf("breaker probe still waiting for the store: %w", context.DeadlineExceeded)
 
-// Breaker defaults (see BreakerConfig).
+// The breaker's defaults: what a zero field of BreakerConfig means (see
+// DefaultBreakerConfig).
 const (
-	DefaultMinFailures   = 5
-	defaultFailureRatio  = 0.5
-	DefaultMinOutage     = 500 * time.Millisecond
-	defaultForgetAfter   = 10 * time.Second
-	defaultProbeTimeout  = time.Second
-	DefaultCoolDown      = 100 * time.Millisecond
-	DefaultMaxCoolDown   = time.Second
-	defaultBreakerJitter = 0.2
+	defaultMinFailures  = 5
+	defaultFailureRatio = 0.5
+	defaultMinOutage    = 500 * time.Millisecond
+	defaultForgetAfter  = 10 * time.Second
+	defaultProbeTimeout = time.Second
+	defaultCoolDown     = 100 * time.Millisecond
+	defaultMaxCoolDown  = time.Second
+	defaultJitter       = 0.2
 )
+
+// DefaultBreakerConfig returns the default breaker's configuration with
+// every field spelled out: what each zero field of BreakerConfig means
+// (Clock time.Now; Logger nil, for slog.Default()). NewBreaker of it
+// builds the same breaker as NewBreaker(BreakerConfig{}).
+func DefaultBreakerConfig() BreakerConfig {
+	return BreakerConfig{
+		MinFailures:  defaultMinFailures,
+		FailureRatio: defaultFailureRatio,
+		MinOutage:    defaultMinOutage,
+		ForgetAfter:  defaultForgetAfter,
+		ProbeTimeout: defaultProbeTimeout,
+		CoolDown:     defaultCoolDown,
+		MaxCoolDown:  defaultMaxCoolDown,
+		Jitter:       defaultJitter,
+		Clock:        time.Now,
+	}
+}
 
 // BreakerConfig configures NewBreaker. The zero value is the default breaker.
 //
@@ -48,7 +68,7 @@ const (
 // of the run's round trips, spanning at least MinOutage.
 type BreakerConfig struct {
 	// MinFailures is the fewest failures that can open a circuit. Default
-	// (0): DefaultMinFailures, 5.
+	// (0): 5.
 	MinFailures int
 	// FailureRatio is the share of a run's round trips (failures and
 	// answers) that must be failures, in (0, 1]. An answer that brings the
@@ -61,7 +81,7 @@ type BreakerConfig struct {
 	// stall fail together: their failures span the stall less the timeout,
 	// so a stall shorter than the limiter's timeout plus MinOutage never
 	// opens the circuit, however many callers it holds. Default (0):
-	// DefaultMinOutage, 500ms: with the 100ms default timeout, a dead store
+	// 500ms: with the 100ms default timeout, a dead store
 	// is cut off within about 600ms (each decision meanwhile waits at most
 	// the timeout and is decided by the policy, as an open circuit would
 	// decide it), and a stall of up to 600ms — a fork, a slow fsync, a
@@ -85,10 +105,10 @@ type BreakerConfig struct {
 	ProbeTimeout time.Duration
 	// CoolDown is how long a circuit stays open before its first probe.
 	// Each failed probe doubles it, up to MaxCoolDown; closing resets it.
-	// Default (0): DefaultCoolDown, 100ms.
+	// Default (0): 100ms.
 	CoolDown time.Duration
 	// MaxCoolDown caps the growing cool-down. Default (0):
-	// DefaultMaxCoolDown, 1s: a store that comes back is used again within
+	// 1s: a store that comes back is used again within
 	// about a second, at the cost of one probe per second per shard while
 	// it is down.
 	MaxCoolDown time.Duration
@@ -201,6 +221,37 @@ type Breaker struct {
 // cool-down, a FailureRatio outside [0, 1], a MaxCoolDown below CoolDown, or
 // a Jitter outside [0, 1).
 func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
+	errs := cfg.check()
+	b := &Breaker{
+		minFailures:  int64(positiveOr(cfg.MinFailures, defaultMinFailures)),
+		ratio:        positiveOr(cfg.FailureRatio, defaultFailureRatio),
+		minOutage:    defaultMinOutage,
+		forget:       positiveOr(cfg.ForgetAfter, defaultForgetAfter),
+		probeTimeout: positiveOr(cfg.ProbeTimeout, defaultProbeTimeout),
+		base:         positiveOr(cfg.CoolDown, defaultCoolDown),
+		cap:          positiveOr(cfg.MaxCoolDown, defaultMaxCoolDown),
+		jitter:       positiveOr(cfg.Jitter, defaultJitter),
+		clock:        time.Now,
+		logger:       cfg.Logger,
+	}
+	if cfg.MinOutage != 0 {
+		b.minOutage = max(cfg.MinOutage, 0) // negative: none
+	}
+	if b.cap < b.base {
+		errs = append(errs, fmt.Errorf("breaker max cool-down %v is below the cool-down %v", b.cap, b.base))
+	}
+	if cfg.Clock != nil {
+		b.clock = cfg.Clock
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	b.one = circuit{b: b, cool: b.base}
+	return b, nil
+}
+
+// check returns what is wrong with cfg's fields, each on its own.
+func (cfg BreakerConfig) check() []error {
 	var errs []error
 	if cfg.MinFailures < 0 {
 		errs = append(errs, fmt.Errorf("breaker min failures %d, want >= 1 (0 for the default)", cfg.MinFailures))
@@ -217,53 +268,16 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	if cfg.Jitter < 0 || cfg.Jitter >= 1 {
 		errs = append(errs, fmt.Errorf("breaker jitter %v, want [0, 1)", cfg.Jitter))
 	}
-	b := &Breaker{
-		minFailures:  DefaultMinFailures,
-		ratio:        defaultFailureRatio,
-		minOutage:    DefaultMinOutage,
-		forget:       defaultForgetAfter,
-		probeTimeout: defaultProbeTimeout,
-		base:         DefaultCoolDown,
-		cap:          DefaultMaxCoolDown,
-		jitter:       defaultBreakerJitter,
-		clock:        time.Now,
-		logger:       cfg.Logger,
+	return errs
+}
+
+// positiveOr is v when it is positive, else def: a BreakerConfig field's
+// value or its default.
+func positiveOr[T int | float64 | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
 	}
-	if cfg.MinFailures > 0 {
-		b.minFailures = int64(cfg.MinFailures)
-	}
-	if cfg.FailureRatio > 0 {
-		b.ratio = cfg.FailureRatio
-	}
-	if cfg.MinOutage != 0 {
-		b.minOutage = max(cfg.MinOutage, 0)
-	}
-	if cfg.ForgetAfter > 0 {
-		b.forget = cfg.ForgetAfter
-	}
-	if cfg.ProbeTimeout > 0 {
-		b.probeTimeout = cfg.ProbeTimeout
-	}
-	if cfg.CoolDown > 0 {
-		b.base = cfg.CoolDown
-	}
-	if cfg.MaxCoolDown > 0 {
-		b.cap = cfg.MaxCoolDown
-	}
-	if b.cap < b.base {
-		errs = append(errs, fmt.Errorf("breaker max cool-down %v is below the cool-down %v", b.cap, b.base))
-	}
-	if cfg.Jitter > 0 {
-		b.jitter = cfg.Jitter
-	}
-	if cfg.Clock != nil {
-		b.clock = cfg.Clock
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
-	}
-	b.one = circuit{b: b, cool: b.base}
-	return b, nil
+	return def
 }
 
 // newDefaultBreaker is NewBreaker(BreakerConfig{}), which cannot fail.
@@ -296,6 +310,22 @@ func openness(s BreakerState) int {
 		return 1
 	}
 	return 0
+}
+
+// admit returns the circuit of key's shard in st, and whether a decision
+// may call the store: while the circuit is closed always (two atomic loads
+// and no clock), and while it is open only as probe p (see admitOpen). A
+// nil Breaker (WithoutBreaker) admits every decision, with no circuit.
+func (b *Breaker) admit(st store.Store, key string, timeout time.Duration) (c *circuit, p probe, ok bool) {
+	if b == nil {
+		return nil, 0, true
+	}
+	c = b.circuitFor(st, key)
+	if !c.open.Load() {
+		return c, 0, true
+	}
+	p, ok = c.admitOpen(timeout)
+	return c, p, ok
 }
 
 // circuitFor returns the circuit of key's shard in st: the store's Shard
@@ -370,7 +400,7 @@ type circuit struct {
 	cool         time.Duration // the current nominal cool-down
 	probe        probe         // the outstanding probe, 0 when none
 	probeAt      time.Time     // when it was let through
-	lease        time.Duration // how long before it is presumed lost
+	probeLife    time.Duration // how long before the probe is presumed lost
 	lastProb     probe         // the last probe number handed out
 }
 
@@ -402,9 +432,7 @@ func (c *circuit) failed(err error) {
 		return
 	}
 	if !availabilityFailure(err) {
-		if c.run.Load() {
-			c.answered()
-		}
+		c.answered()
 		return
 	}
 	if c.open.Load() {
@@ -440,9 +468,17 @@ func (c *circuit) failed(err error) {
 		"fleetlimit: circuit breaker opened: store unavailable, decisions skip it until a probe succeeds", attrs...)
 }
 
-// answered records that the store answered a decision of the closed path
-// while a run is under way: enough answers end the run.
+// answered records that the store answered a decision of the closed path:
+// during a run of failures enough answers end the run; outside one it
+// costs one atomic load. c may be nil (no breaker).
 func (c *circuit) answered() {
+	if c != nil && c.run.Load() {
+		c.countAnswer()
+	}
+}
+
+// countAnswer counts an answer of the store in the run under way.
+func (c *circuit) countAnswer() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.run.Load() || c.open.Load() {
@@ -474,7 +510,7 @@ func (c *circuit) endRun() {
 // deadlines) is presumed lost and replaced, so that the circuit cannot stay
 // stuck.
 //
-// Limiter.decide inlines the closed path (open false: call the store) and
+// Breaker.admit takes the closed path (open false: call the store) and
 // calls admitOpen only when the circuit is open.
 func (c *circuit) admitOpen(timeout time.Duration) (probe, bool) {
 	now := c.b.clock()
@@ -489,11 +525,11 @@ func (c *circuit) admitOpen(timeout time.Duration) (probe, bool) {
 	if now.UnixNano() < c.until.Load() {
 		return 0, false // opened again meanwhile
 	}
-	if c.probe != 0 && now.Sub(c.probeAt) < c.lease {
+	if c.probe != 0 && now.Sub(c.probeAt) < c.probeLife {
 		return 0, false // half-open: one probe at a time
 	}
 	c.lastProb++
-	c.probe, c.probeAt, c.lease = c.lastProb, now, 2*max(timeout, c.b.probeTimeout)
+	c.probe, c.probeAt, c.probeLife = c.lastProb, now, 2*max(timeout, c.b.probeTimeout)
 	return c.probe, true
 }
 
@@ -504,7 +540,7 @@ func (c *circuit) probed(p probe, err error) {
 	c.mu.Lock()
 	if c.probe != p {
 		c.mu.Unlock()
-		return // replaced after its lease: only the latest probe decides
+		return // replaced once presumed lost: only the latest probe decides
 	}
 	c.probe = 0
 	now := c.b.clock()
@@ -551,17 +587,17 @@ func (c *circuit) logAttrs() []slog.Attr {
 	return append(make([]slog.Attr, 0, 5), slog.String("shard", c.shard))
 }
 
-// probe makes req the decision that probes circuit c (as probe p), with the
+// probe makes req, in st, the decision that probes circuit c (as probe p), with the
 // longer of the breaker's ProbeTimeout and the limiter's timeout, and records
 // its outcome. When that is longer than the limiter's timeout, the probe
 // runs on a goroutine of its own, without ctx's cancellation (its outcome is
 // the store's health, not this caller's), and the caller waits for it at
 // most the limiter's timeout, as for any decision: errProbeRunning then.
-func (l *Limiter) probe(ctx context.Context, req store.Request, c *circuit, p probe) (algorithm.Decision, error) {
+func (l *Limiter) probe(ctx context.Context, st store.Store, req store.Request, c *circuit, p probe) (algorithm.Decision, error) {
 	timeout := max(c.b.probeTimeout, l.cfg.timeout)
 	if timeout == l.cfg.timeout {
-		d, err := l.store.Decide(ctx, req)
-		if err != nil && doneErr(ctx) != nil {
+		d, err := st.Decide(ctx, req)
+		if err != nil && ctxdone.Err(ctx) != nil {
 			c.abandon(p)
 		} else {
 			c.probed(p, err)
@@ -576,7 +612,7 @@ func (l *Limiter) probe(ctx context.Context, req store.Request, c *circuit, p pr
 	preq := req
 	preq.Timeout = timeout
 	go func() {
-		d, err := l.store.Decide(context.WithoutCancel(ctx), preq)
+		d, err := st.Decide(context.WithoutCancel(ctx), preq)
 		c.probed(p, err)
 		done <- answer{d, err}
 	}()

@@ -241,7 +241,7 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 	_, err = l.Allow(bg, "u")
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the hung Redis costs one timeout")
 	require.Equal(t, fleetlimit.BreakerOpen, b.State())
-	clk.Advance(fleetlimit.DefaultCoolDown)
+	clk.Advance(fleetlimit.DefaultBreakerConfig().CoolDown)
 
 	probeDone := make(chan error, 1)
 	go func() {
@@ -480,7 +480,7 @@ func TestBreakerPerShard(t *testing.T) {
 	}
 
 	st.fail("a", nil)
-	clk.Advance(fleetlimit.DefaultCoolDown)
+	clk.Advance(fleetlimit.DefaultBreakerConfig().CoolDown)
 	_, err = l.Allow(bg, "a1")
 	require.NoError(t, err, "the probe of shard a")
 	require.Equal(t, fleetlimit.BreakerClosed, b.State())
@@ -503,7 +503,7 @@ func TestBreakerProbeOutlastsTheTimeout(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Equal(t, fleetlimit.BreakerOpen, b.State())
 
-	clk.Advance(fleetlimit.DefaultCoolDown)
+	clk.Advance(fleetlimit.DefaultBreakerConfig().CoolDown)
 	start := time.Now()
 	res, err := l.Allow(bg, "u")
 	took := time.Since(start)
@@ -555,14 +555,14 @@ func TestBreakerLogsEachChangeOnce(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, a["over"].Duration())
 
 	for range 3 {
-		clk.Advance(fleetlimit.DefaultMaxCoolDown)
+		clk.Advance(fleetlimit.DefaultBreakerConfig().MaxCoolDown)
 		_, err := l.Allow(bg, "a")
 		require.ErrorIs(t, err, errDown, "a failed probe")
 	}
 	require.Empty(t, log.Take(), "failed probes are not news")
 
 	st.fail("a", nil)
-	clk.Advance(fleetlimit.DefaultMaxCoolDown)
+	clk.Advance(fleetlimit.DefaultBreakerConfig().MaxCoolDown)
 	_, err = l.Allow(bg, "a")
 	require.NoError(t, err)
 	closed := log.Take()
@@ -570,6 +570,6 @@ func TestBreakerLogsEachChangeOnce(t *testing.T) {
 	require.Equal(t, slog.LevelInfo, closed[0].Level)
 	require.Contains(t, closed[0].Message, "circuit breaker closed")
 	a = spy.Attrs(closed[0])
-	require.Equal(t, 4*fleetlimit.DefaultMaxCoolDown, a["outage"].Duration(), "from opening to closing on the breaker's clock")
+	require.Equal(t, 4*fleetlimit.DefaultBreakerConfig().MaxCoolDown, a["outage"].Duration(), "from opening to closing on the breaker's clock")
 	require.EqualValues(t, 3, a["failed_probes"].Int64())
 }

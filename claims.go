@@ -8,7 +8,7 @@ import (
 	"sync"
 	"weak"
 
-	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/rule"
 )
 
 // claims records, for this process, the rule each live limiter applies, so
@@ -39,9 +39,9 @@ type claimKey struct {
 
 // claim is the rule applied in one key space, and the limiters applying it.
 type claim struct {
-	rule    string // ruleOf the strategy
+	rule    string // rule.ID of the strategy
 	name    string // the first claimant's name, for errors
-	desc    string // describe of the strategy, for errors
+	desc    string // rule.Describe of the strategy, for errors
 	holders []weak.Pointer[Limiter]
 }
 
@@ -50,18 +50,6 @@ type claim struct {
 func (c *claim) live() bool {
 	c.holders = slices.DeleteFunc(c.holders, func(w weak.Pointer[Limiter]) bool { return w.Value() == nil })
 	return len(c.holders) > 0
-}
-
-// ruleOf names what a strategy decides: its algorithm, script and
-// parameters. Equal rules over the same keys are one limit.
-func ruleOf(s algorithm.Strategy) string {
-	return fmt.Sprintf("%s(%v)", s.Name(), s.ScriptArgs())
-}
-
-// describe names a strategy for a person: its algorithm, capacity and
-// window, and the exact parameters its script receives.
-func describe(s algorithm.Strategy) string {
-	return fmt.Sprintf("%s, %d per %v (script arguments %v)", s.Name(), s.Limit(), s.Window(), s.ScriptArgs())
 }
 
 // claimKeys records that l applies its decider under its name and its
@@ -73,18 +61,18 @@ func claimKeys(l *Limiter) error {
 		return nil
 	}
 	store := v.Pointer()
-	// The decider is what runs on the keys: the strategy, in its penalty box
+	// l.rule is what runs on the keys: the strategy, in its penalty box
 	// if any.
-	rule, desc := ruleOf(l.decider), describe(l.decider)
+	id, desc := rule.ID(l.rule), rule.Describe(l.rule)
 	keys := []claimKey{
 		{store, l.cfg.prefix, "name " + l.cfg.name},
-		{store, l.cfg.prefix, "tag " + l.decider.Script().Tag},
+		{store, l.cfg.prefix, "tag " + l.rule.Script().Tag},
 	}
 	claims.mu.Lock()
 	defer claims.mu.Unlock()
 	for i, k := range keys {
 		c := claims.m[k]
-		if c == nil || c.rule == rule || !c.live() {
+		if c == nil || c.rule == id || !c.live() {
 			continue
 		}
 		if i == 0 {
@@ -99,9 +87,9 @@ func claimKeys(l *Limiter) error {
 	self := weak.Make(l)
 	for _, k := range keys {
 		c := claims.m[k]
-		if c == nil || c.rule != rule {
+		if c == nil || c.rule != id {
 			// Absent, or held by no live limiter (checked above).
-			c = &claim{rule: rule, name: l.cfg.name, desc: desc}
+			c = &claim{rule: id, name: l.cfg.name, desc: desc}
 			claims.m[k] = c
 		}
 		c.live()

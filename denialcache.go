@@ -2,14 +2,8 @@ package fleetlimit
 
 import (
 	"fmt"
-	"hash/maphash"
-	"reflect"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
 // WithDenialCache has the limiter remember up to maxKeys recent denials and
@@ -42,8 +36,15 @@ import (
 // view: another instance's admissions can make the true wait longer (as for
 // any RetryAfter), and Reset in another process, or a strategy that gives
 // units back (refunds, lease hand-backs), can make the key pass sooner than
-// the cached denial says, by at most r. Reset in this process forgets the
-// key first.
+// the cached denial says. Reset in this process forgets the key first.
+//
+// Trust. A denial is answered from memory for at most one second after the
+// store's answer, however long its wait: then the store is asked again. So
+// a store that lost the key's state — a FLUSHALL, a restart without
+// persistence, an operator's DEL, a Reset or refund in another process —
+// admits the key again within a second and a round trip
+// (TestDenialCacheNoticesAStoreThatForgot), and a client hammering past its
+// limit costs each instance one round trip per second per key.
 //
 // Time. With WithClock, elapsed time is read from that clock, in whole
 // microseconds as the store reads it, and the answers are exact. With the
@@ -67,8 +68,8 @@ import (
 // store's. Peek answers from the cache as AllowN does. In shadow mode a
 // cached denial becomes a shadow admission, as any denial does.
 //
-// Memory: at most maxKeys entries (key, strategy, cost, the Result), in
-// shards guarded by their own locks; a full shard drops an expired entry,
+// Memory: at most maxKeys entries (key, strategy, cost, the store's
+// decision), in shards guarded by their own locks (internal/denial); a full shard drops an expired entry,
 // or else the one that expires soonest, among a few it samples. There is no
 // goroutine: entries past their time are dropped when next looked up or
 // sampled. maxKeys must be at least 1.
@@ -79,98 +80,6 @@ func WithDenialCache(maxKeys int) Option {
 		}
 		c.denialKeys = maxKeys
 	})
-}
-
-// denialShards is the most shards a denial cache has: enough to keep
-// goroutines hammering different keys off each other's locks on a few
-// cores.
-const denialShards = 16
-
-// evictionSample is how many entries a full shard looks at to choose one
-// to drop.
-const evictionSample = 8
-
-// denialCache remembers recent denials (see WithDenialCache). It is safe
-// for concurrent use.
-type denialCache struct {
-	seed     maphash.Seed
-	shards   []denialShard
-	perShard int
-	// exactClock: elapsed time is measured in whole microseconds of a
-	// WithClock clock; otherwise on the monotonic clock, rounded up.
-	exactClock bool
-}
-
-type denialShard struct {
-	mu sync.Mutex
-	m  map[string]*denial // guarded by mu
-	// epoch counts the forgets (Reset) in this shard: a denial learned
-	// from a store call that began before a forget is not remembered.
-	epoch atomic.Uint64
-}
-
-// denial is a remembered store denial.
-type denial struct {
-	strategy algorithm.Strategy
-	n        int64
-	at       time.Time     // when the request was sent (or its WithClock time)
-	horizon  time.Duration // answers stand while elapsed < horizon
-	res      Result
-}
-
-func newDenialCache(maxKeys int, exactClock bool) *denialCache {
-	n := min(denialShards, maxKeys)
-	c := &denialCache{seed: maphash.MakeSeed(), shards: make([]denialShard, n), perShard: maxKeys / n, exactClock: exactClock}
-	for i := range c.shards {
-		c.shards[i].m = make(map[string]*denial)
-	}
-	return c
-}
-
-func (c *denialCache) shard(key string) *denialShard {
-	if len(c.shards) == 1 {
-		return &c.shards[0]
-	}
-	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
-}
-
-// elapsed is the time from at to now as the cache counts it.
-func (c *denialCache) elapsed(at, now time.Time) time.Duration {
-	if c.exactClock {
-		return time.Duration(now.UnixMicro()-at.UnixMicro()) * time.Microsecond
-	}
-	d := now.Sub(at)
-	if r := d % time.Microsecond; r > 0 {
-		d += time.Microsecond - r // round up: stop answering early, never late
-	}
-	return d
-}
-
-// answer returns the remembered denial of key's request of cost n under s
-// at now, if there is one that stands; and otherwise the shard's epoch, for
-// learn.
-func (c *denialCache) answer(key string, s algorithm.Strategy, n int64, now time.Time) (Result, bool, uint64) {
-	sh := c.shard(key)
-	epoch := sh.epoch.Load()
-	sh.mu.Lock()
-	e := sh.m[key]
-	if e == nil {
-		sh.mu.Unlock()
-		return Result{}, false, epoch
-	}
-	el := c.elapsed(e.at, now)
-	if el >= e.horizon {
-		delete(sh.m, key)
-		sh.mu.Unlock()
-		return Result{}, false, epoch
-	}
-	if e.n != n || el < 0 || !sameRule(e.strategy, s) {
-		sh.mu.Unlock()
-		return Result{}, false, epoch
-	}
-	res := e.res
-	sh.mu.Unlock()
-	return aged(res, el), true, epoch
 }
 
 // aged is a remembered denial el later: every wait shorter by el. Only
@@ -192,117 +101,4 @@ func aged(res Result, el time.Duration) Result {
 	}
 	res.limits = &ls
 	return res
-}
-
-// learn takes the store's decision res on key's request of cost n under s,
-// sent at at when the shard's epoch was epoch: a denial whose figures stand
-// still is remembered; any other decision forgets the key's entry.
-//
-// ban is the decision's Decision.Ban. A strategy that counts denials
-// (algorithm.DenialCounter, the penalty box) has only its bans remembered,
-// until the ban ends: a strike must reach the store to be counted, and
-// while a ban holds the key's answers only age (nothing is counted or
-// charged, Remaining is 0, the waits are at least the ban's remaining
-// time). A ban of a composite is not remembered: its members' figures do
-// not merely age; nor a ban of a cost that can never pass, whose wait is
-// the inner strategy's window, which does not age either.
-func (c *denialCache) learn(key string, s algorithm.Strategy, n int64, at time.Time, epoch uint64, res Result, ban time.Duration) {
-	horizon := standing(res, n)
-	if dc, ok := s.(algorithm.DenialCounter); ok && dc.CountsDenials() {
-		horizon = 0
-		if ban > 0 && res.limits == nil && !res.Allowed && n <= res.Limit {
-			horizon = min(ban, res.RetryAfter)
-		}
-	}
-	sh := c.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if horizon <= 0 {
-		delete(sh.m, key)
-		return
-	}
-	if sh.epoch.Load() != epoch {
-		return // a Reset ran during the store call: res may predate it
-	}
-	if _, ok := sh.m[key]; !ok && len(sh.m) >= c.perShard {
-		sh.evict(c, at)
-	}
-	sh.m[key] = &denial{strategy: s, n: n, at: at, horizon: horizon, res: res}
-}
-
-// standing is how long denial res of cost n stays exactly as it is with no
-// traffic but denials, or 0 when it is not remembered (see
-// WithDenialCache).
-func standing(res Result, n int64) time.Duration {
-	if res.Allowed || res.RetryAfter <= 0 || n > res.Limit {
-		return 0
-	}
-	ls := res.Limits()
-	if ls == nil {
-		if res.Remaining != n-1 {
-			return 0
-		}
-		return res.RetryAfter
-	}
-	horizon := res.RetryAfter
-	for _, m := range ls {
-		switch {
-		case m.RetryAfter > 0 && m.Remaining == n-1 && n <= m.Limit:
-			horizon = min(horizon, m.RetryAfter)
-		case m.RetryAfter == 0 && m.ResetAfter == 0:
-			// Full: stays full.
-		default:
-			return 0
-		}
-	}
-	return horizon
-}
-
-// evict drops one entry of a full shard: an expired one, or else the one
-// that expires soonest among evictionSample (map order is random). It
-// requires that sh.mu is held.
-func (sh *denialShard) evict(c *denialCache, now time.Time) {
-	var victim string
-	var soonest time.Duration
-	seen := 0
-	for k, e := range sh.m {
-		left := e.horizon - c.elapsed(e.at, now)
-		if left <= 0 {
-			delete(sh.m, k)
-			return
-		}
-		if seen == 0 || left < soonest {
-			victim, soonest = k, left
-		}
-		if seen++; seen == evictionSample {
-			break
-		}
-	}
-	delete(sh.m, victim)
-}
-
-// forget drops key's entry; a denial learned from a store call that began
-// before forget is not remembered.
-func (c *denialCache) forget(key string) {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	sh.epoch.Add(1)
-	delete(sh.m, key)
-	sh.mu.Unlock()
-}
-
-// sameRule reports whether a and b decide alike: the same value, or the
-// same algorithm (script) with the same parameters. A strategy without a
-// script is only ever itself (the same pointer).
-func sameRule(a, b algorithm.Strategy) bool {
-	if va, vb := reflect.ValueOf(a), reflect.ValueOf(b); va.Kind() == reflect.Pointer && vb.Kind() == reflect.Pointer &&
-		va.Type() == vb.Type() && va.Pointer() == vb.Pointer() {
-		return true
-	}
-	sa, sb := a.Script(), b.Script()
-	if sa == nil || sb == nil {
-		return false
-	}
-	return sa.SHA1 == sb.SHA1 && slices.Equal(sa.Keys, sb.Keys) && a.Limit() == b.Limit() &&
-		a.Window() == b.Window() && reflect.DeepEqual(a.ScriptArgs(), b.ScriptArgs())
 }

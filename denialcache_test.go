@@ -161,16 +161,31 @@ func TestDenialCacheBan(t *testing.T) {
 			require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: 10 * time.Second, ResetAfter: 10 * time.Second}, res)
 			require.Equal(t, []fleetlimit.Decider{fleetlimit.DecidedByStore, fleetlimit.DecidedByStore,
 				fleetlimit.DecidedByStore, fleetlimit.DecidedByStore}, by, "strikes reach the store")
-			// Banned: hammering is answered from memory, the wait counting down.
+			// Banned: hammering is answered from memory, the wait counting
+			// down, for up to a second (MaxTrust) after the store's answer;
+			// then the store is asked again (a banned request is no strike)
+			// and its answer is remembered again.
 			by = nil
 			for i := 1; i <= 9; i++ {
-				clock.Set(proptest.Epoch.Add(time.Duration(i) * time.Second))
+				clock.Set(proptest.Epoch.Add(time.Duration(i) * 100 * time.Millisecond))
 				res, err = l.Allow(bg, "u")
 				require.NoError(t, err)
-				wait := time.Duration(10-i) * time.Second
+				wait := 10*time.Second - time.Duration(i)*100*time.Millisecond
 				require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: wait, ResetAfter: wait}, res)
 			}
 			require.Equal(t, slices.Repeat([]fleetlimit.Decider{fleetlimit.DecidedByCache}, 9), by)
+			for _, step := range []struct {
+				at time.Duration
+				by fleetlimit.Decider
+			}{{5 * time.Second, fleetlimit.DecidedByStore}, {5500 * time.Millisecond, fleetlimit.DecidedByCache}} {
+				by = nil
+				clock.Set(proptest.Epoch.Add(step.at))
+				res, err = l.Allow(bg, "u")
+				require.NoError(t, err)
+				wait := 10*time.Second - step.at
+				require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: wait, ResetAfter: wait}, res)
+				require.Equal(t, []fleetlimit.Decider{step.by}, by, "at %v", step.at)
+			}
 			// The ban ends: the store admits.
 			clock.Set(proptest.Epoch.Add(10 * time.Second))
 			res, err = l.Allow(bg, "u")
@@ -208,9 +223,9 @@ func TestDenialCacheBan(t *testing.T) {
 			res, d = at(2 * time.Second)
 			require.Equal(t, fleetlimit.DecidedByStore, d, "a strike")
 			require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: 8 * time.Second, ResetAfter: 8 * time.Second}, res, "the second ban, of 2s")
-			res, d = at(3 * time.Second)
+			res, d = at(2500 * time.Millisecond)
 			require.Equal(t, fleetlimit.DecidedByCache, d, "banned again")
-			require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: 7 * time.Second, ResetAfter: 7 * time.Second}, res)
+			require.Equal(t, fleetlimit.Result{Limit: 1, RetryAfter: 7500 * time.Millisecond, ResetAfter: 7500 * time.Millisecond}, res)
 			_, d = at(4 * time.Second)
 			require.Equal(t, fleetlimit.DecidedByStore, d, "the second ban ended at 4s")
 		})

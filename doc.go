@@ -41,11 +41,15 @@
 // and is exact; WithLeases admits from a batch of units taken from the
 // store, at most K·(size−1) units over the limit for K instances.
 //
-// This package knows neither HTTP nor Redis: adapters sit on top of its
-// exported API (package httplimit puts a Limiter in front of any net/http
-// handler; the grpclimit and promobserver modules serve gRPC and Prometheus;
-// WithShadow measures a limit before it is enforced), and stores below it
-// (package store: Redis through go-redis, and in-process memory).
+// This package knows neither HTTP nor go-redis: it imports package
+// algorithm (the rules) and package store (the Store interface it calls;
+// that package's Redis store is what imports go-redis), and its own
+// internal packages. Adapters sit on top of its exported API (package
+// httplimit puts a Limiter in front of any net/http handler; the
+// grpclimit, promobserver and otelobserver modules serve gRPC, Prometheus
+// and OpenTelemetry; WithShadow measures a limit before it is enforced).
+// docs/architecture.md maps the packages, the decision's stages and the
+// file of each.
 //
 // Time is read at the edge: by default inside Redis (its TIME), so clock skew
 // between app servers cannot bend a limit; WithClock supplies a clock instead

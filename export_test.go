@@ -12,28 +12,17 @@ func SetSleep(l *Limiter, sleep func(context.Context, time.Duration) error) { l.
 // Waiting is the number of WaitN calls queued on key in l.
 func Waiting(l *Limiter, key string) int { return l.waits.waiting(key) }
 
-// SweepLeasesByHand stops l's lease sweep timer (a test's virtual clock is
-// not the timer's) and returns the sweep, to call at a time of the test's.
+// SweepLeasesByHand stops l's lease sweep timer and starts no other (a
+// test's virtual clock is not the timer's), and returns the sweep, to call
+// at a time of the test's.
 func SweepLeasesByHand(l *Limiter) func(now time.Time) {
-	ls := l.leases
-	ls.sweepMu.Lock()
-	ls.manual = true
-	if ls.timer != nil {
-		ls.timer.Stop()
-		ls.timer = nil
-	}
-	ls.sweepMu.Unlock()
+	s := l.sweep
+	s.mu.Lock()
+	s.afterFunc = func(time.Duration, func()) *time.Timer { return nil }
+	s.mu.Unlock()
+	s.stop()
 	return l.sweepLeases
 }
 
 // LeasesHeld is how many keys l holds a lease of (spent or not).
-func LeasesHeld(l *Limiter) int {
-	n := 0
-	for i := range l.leases.shards {
-		sh := &l.leases.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
-}
+func LeasesHeld(l *Limiter) int { return l.leases.Len() }

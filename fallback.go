@@ -1,13 +1,88 @@
 package fleetlimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/store"
 )
+
+// FailurePolicy decides a request when the store cannot. The zero value is
+// the default, FailLocal.
+type FailurePolicy int
+
+const (
+	// FailLocal decides the request in this process: the limiter's strategy
+	// at limit / instances, applied in an in-process store (see
+	// WithFallback; by default instances is 1, in a store.Memory that every
+	// default limiter of the process shares). An outage thus costs at most
+	// K times the limit with K instances, never an unbounded flood, and a
+	// client who stays under the limit is not refused. The Result is the
+	// local decision's, with its real Remaining. This is the default.
+	//
+	// The shared default store sweeps by the latest time its callers pass
+	// (see store.Memory): limiters on virtual clocks (WithClock) that run
+	// behind one another are judged at the latest. Tests of outages on a
+	// virtual clock should give their own store, e.g.
+	// WithFallback(store.NewMemory(store.WithMemoryClock(clock)), 1).
+	FailLocal FailurePolicy = iota
+	// FailOpen admits the request, without any bound: a store outage costs
+	// protection, not availability. The Result has Allowed true, Limit set,
+	// Remaining 0, RetryAfter and ResetAfter 0.
+	FailOpen
+	// FailClosed denies the request: a store outage costs availability, not
+	// protection. The Result has Allowed false, Limit set, Remaining 0, and
+	// RetryAfter = ResetAfter = FailClosedRetryAfter.
+	FailClosed
+)
+
+// FailClosedRetryAfter is the RetryAfter of a request denied by FailClosed.
+const FailClosedRetryAfter = time.Second
+
+func (p FailurePolicy) String() string {
+	switch p {
+	case FailLocal:
+		return "fail-local"
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", int(p))
+}
+
+// degraded decides the call, which the store did not, with the mode's
+// fallback or else the policy; err (wrapping ErrStoreUnavailable) is
+// returned either way.
+func (l *Limiter) degraded(ctx context.Context, c *call, err error, circuitOpen bool) (Result, outcome, error) {
+	if fb := c.m.fallback; fb != nil {
+		req := c.req
+		req.Strategy = fb.ruleFor(req.Strategy, l.cfg.tiers != nil)
+		d, ferr := fb.store.Decide(ctx, req)
+		if ferr == nil {
+			return resultOf(req.Strategy, d), decidedBy(DecidedByFallback, circuitOpen), err
+		}
+		err = fmt.Errorf("%w (and the fallback failed: %w)", err, ferr)
+	}
+	return l.byPolicy(), decidedBy(DecidedByPolicy, circuitOpen), err
+}
+
+// byPolicy returns the policy's Result for a decision neither the store nor
+// the fallback made: FailOpen admits; FailClosed, and FailLocal whose local
+// store failed too (it was closed), deny.
+func (l *Limiter) byPolicy() Result {
+	r := l.none()
+	if l.cfg.policy == FailOpen {
+		r.Allowed = true
+	} else {
+		r.RetryAfter, r.ResetAfter = FailClosedRetryAfter, FailClosedRetryAfter
+	}
+	return r
+}
 
 // fallback is the in-process limiter that decides while the shared store
 // cannot (FailLocal): the limiter's strategy scaled to one instance's share,
@@ -18,11 +93,11 @@ type fallback struct {
 	instances int64
 }
 
-// strategyFor is the fallback's strategy for a decision on s: its own (the
-// limiter's, scaled), or with per-key strategies (perKey, WithStrategyFor)
-// s scaled. A strategy that cannot be scaled is applied at its full limit.
-func (fb *fallback) strategyFor(s algorithm.Strategy, perKey bool) algorithm.Strategy {
-	if !perKey {
+// ruleFor is the fallback's rule for a decision on s: its own (the
+// limiter's, scaled), or with tiers (WithStrategyFor) s scaled. A strategy
+// that cannot be scaled is applied at its full limit.
+func (fb *fallback) ruleFor(s algorithm.Strategy, tiered bool) algorithm.Strategy {
+	if !tiered {
 		return fb.strategy
 	}
 	if fb.instances <= 1 {

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/lease"
+	"github.com/fleetlimit/fleetlimit/internal/rule"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -126,10 +125,8 @@ func checkLeasable(s algorithm.Strategy, st store.Store) error {
 	}
 	if !canLease(s) {
 		why := s.Name()
-		if u, ok := s.(interface{ Unwrap() algorithm.Strategy }); ok {
-			s = u.Unwrap() // a penalty box leases when its strategy does
-		}
-		if c, ok := s.(algorithm.Composite); ok {
+		// A penalty box leases when its strategy does.
+		if c, ok := rule.Inner(s).(algorithm.Composite); ok {
 			for i, m := range c.Members() {
 				if !canLease(m) {
 					why = fmt.Sprintf("%s (its member %d, %s, cannot)", why, i, m.Name())
@@ -150,242 +147,54 @@ func canLease(s algorithm.Strategy) bool {
 	return ok && sc != nil && sc.Leases
 }
 
-// leases are the leases a limiter holds, one at most per key. Safe for
-// concurrent use.
-type leases struct {
-	size       int64
-	maxAge     time.Duration
-	exactClock bool // elapsed time in whole µs of a WithClock clock
-	seed       maphash.Seed
-	shards     [denialShards]leaseShard
-
-	// The sweep: a timer, armed while leases are held, that hands back
-	// the units of leases past maxAge (see sweepLeases).
-	sweep   func() // the limiter's sweepLeases at its clock's now
-	sweepMu sync.Mutex
-	timer   *time.Timer // guarded by sweepMu; non-nil while a sweep is due
-	manual  bool        // guarded by sweepMu; tests sweep by hand, no timer
-}
-
-type leaseShard struct {
-	// mu guards m: spend holds it for reading (many spends of one key run
-	// at once, each taking its units from left atomically); whatever
-	// replaces or removes a lease, or reads left to hand it back, holds it
-	// for writing, so no spend runs then.
-	mu sync.RWMutex
-	m  map[string]*lease // guarded by mu
-}
-
-// lease is a key's lease in this instance.
-type lease struct {
-	strategy algorithm.Strategy
-	same     bool         // strategy's value is comparable: == finds it fast, never panics
-	left     atomic.Int64 // units not yet spent
-	at       time.Time    // when its round trip was sent (or its WithClock time)
-	storeAt  int64        // algorithm.Grant.At, to name it at the hand-back
-	limit    int64
-	reset    time.Duration // the grant's ResetAfter
-	pending  bool          // a round trip for the key is in flight: no lease yet
-	ready    chan struct{} // when pending: closed once the round trip is over
-}
-
-func newLeases(size int64, maxAge time.Duration, exactClock bool) *leases {
-	ls := &leases{size: size, maxAge: maxAge, exactClock: exactClock, seed: maphash.MakeSeed()}
-	for i := range ls.shards {
-		ls.shards[i].m = make(map[string]*lease)
-	}
-	return ls
-}
-
-func (ls *leases) shard(key string) *leaseShard {
-	return &ls.shards[maphash.String(ls.seed, key)%denialShards]
-}
-
-// elapsed is the age at now of a lease taken at at; a zero now is the
-// monotonic clock's now.
-func (ls *leases) elapsed(at, now time.Time) time.Duration {
-	if ls.exactClock {
-		return time.Duration(now.UnixMicro()-at.UnixMicro()) * time.Microsecond
-	}
-	if now.IsZero() {
-		return time.Since(at) // one monotonic reading, not time.Now's two
-	}
-	return now.Sub(at)
-}
-
-// spend admits a request of cost n for key under s at now (zero: the
-// monotonic clock's now) from the key's lease, if it holds n units and has
-// not aged out; with dry it only says what it would answer (Peek).
-func (ls *leases) spend(key string, s algorithm.Strategy, n int64, now time.Time, dry bool) (Result, bool) {
-	sh := ls.shard(key)
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	e := sh.m[key]
-	el, ok := ls.serves(e, s, n, now)
-	if !ok {
-		return Result{}, false
-	}
-	for {
-		had := e.left.Load()
-		if had < n {
-			return Result{}, false
-		}
-		if dry || e.left.CompareAndSwap(had, had-n) {
-			return Result{Allowed: true, Limit: e.limit, Remaining: had - n, ResetAfter: max(0, e.reset-el)}, true
-		}
+// leaseTrip is the round trip that takes a lease for req: the store's
+// Lease.
+func (l *Limiter) leaseTrip(req store.Request) lease.Trip {
+	return func(ctx context.Context, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+		return l.store.(store.Leaser).Lease(ctx, req, terms)
 	}
 }
 
-// serves reports whether lease e (nil: none) can serve a request of cost
-// n under s at now (zero: the monotonic clock's now): it is not in flight,
-// holds n units, is s's rule, and is younger than maxAge; and e's age.
-// spend and take make this one test, so that a request take sends back to
-// spend is served.
-func (ls *leases) serves(e *lease, s algorithm.Strategy, n int64, now time.Time) (time.Duration, bool) {
-	if e == nil || e.pending || e.left.Load() < n || !(e.same && e.strategy == s) && !sameRule(e.strategy, s) {
-		return 0, false
-	}
-	el := ls.elapsed(e.at, now)
-	return el, el >= 0 && el < ls.maxAge
+// sweeper is a limiter's lease sweep: a timer, armed while the limiter
+// holds leases, that hands back the units of leases past maxAge (see
+// sweepLeases). afterFunc starts the timer (time.AfterFunc; a test's
+// returns nil, and sweeps by hand). All fields but l are guarded by mu.
+type sweeper struct {
+	l         *Limiter
+	afterFunc func(time.Duration, func()) *time.Timer
+	mu        sync.Mutex
+	timer     *time.Timer // non-nil while a sweep is due
 }
 
-// leftOf is e's unspent units, 0 for no lease or one in flight.
-func leftOf(e *lease) int64 {
-	if e == nil || e.pending {
-		return 0
-	}
-	return e.left.Load()
-}
+// arm schedules a sweep in the leases' maxAge, unless one is due.
+func (s *sweeper) arm() { s.armIn(s.l.leases.MaxAge()) }
 
-// inFlight returns a channel closed when the key's lease round trip now in
-// flight is over, or nil when there is none.
-func (ls *leases) inFlight(key string) <-chan struct{} {
-	sh := ls.shard(key)
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	if e := sh.m[key]; e != nil && e.pending {
-		return e.ready
-	}
-	return nil
-}
-
-// take decides req (sent at sent) through the store by a lease: it hands
-// back the key's previous lease, if any, and takes a new one. Should
-// another round trip for the key have begun since the caller looked
-// (inFlight), it decides req exactly.
-func (ls *leases) take(ctx context.Context, st store.Store, req store.Request, sent time.Time) (algorithm.Decision, error) {
-	sh := ls.shard(req.Key)
-	sh.mu.Lock()
-	e := sh.m[req.Key]
-	if e != nil && e.pending {
-		// Another request began a round trip since this one looked: wait
-		// for it, as if it had been in flight when this one looked.
-		sh.mu.Unlock()
-		return algorithm.Decision{}, errLookAgain
-	}
-	if _, ok := ls.serves(e, req.Strategy, req.N, req.Now); ok {
-		// Another request's round trip installed a lease since this one
-		// looked, and it can serve this one: spend from it instead (spend
-		// makes the same test, so it cannot fail on it).
-		sh.mu.Unlock()
-		return algorithm.Decision{}, errLookAgain
-	}
-	terms := algorithm.LeaseTerms{Want: max(req.N, ls.size)}
-	if left := leftOf(e); left > 0 && sameRule(e.strategy, req.Strategy) {
-		terms.Back, terms.BackAt = left, e.storeAt // no spend runs: sh.mu is held
-	}
-	flight := &lease{pending: true, ready: make(chan struct{})}
-	sh.m[req.Key] = flight
-	sh.mu.Unlock()
-
-	var g algorithm.Grant
-	err := errLeasePanicked // until Lease returns
-	defer func() {
-		// Deferred, so that requests waiting on the flight are released
-		// even if Lease panics.
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		defer close(flight.ready)
-		if err != nil || g.Units <= req.N {
-			delete(sh.m, req.Key) // nothing held (a failed hand-back is lost)
-			return
-		}
-		e := &lease{strategy: req.Strategy, same: reflect.ValueOf(req.Strategy).Comparable(),
-			at: sent, storeAt: g.At, limit: g.Decision.Limit, reset: g.Decision.ResetAfter}
-		e.left.Store(g.Units - req.N)
-		sh.m[req.Key] = e
-		ls.arm(ls.maxAge)
-	}()
-	// The round trip runs to its end (the limiter's timeout) even if the
-	// caller gives up: the units it takes are charged in the store either
-	// way, and the lease keeps them for the key's next requests rather than
-	// losing them.
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.Timeout)
-	defer cancel()
-	g, err = st.(store.Leaser).Lease(lctx, req, terms)
-	if err != nil {
-		return algorithm.Decision{}, err
-	}
-	d := g.Decision
-	if g.Units > 0 {
-		d.Remaining = min(d.Limit, d.Remaining+g.Units-req.N)
-	}
-	return d, nil
-}
-
-// errLookAgain: since the caller looked, another request's round trip for
-// the key began, or installed a lease that can serve the request; the
-// caller looks again (waits for the round trip, or spends from the lease).
-var errLookAgain = errors.New("fleetlimit: the key's lease changed; look again")
-
-// errLeasePanicked is take's error while Lease has not returned: seen only
-// if it panics.
-var errLeasePanicked = errors.New("fleetlimit: lease round trip panicked")
-
-// forget drops key's lease without a hand-back (Reset).
-func (ls *leases) forget(key string) {
-	sh := ls.shard(key)
-	sh.mu.Lock()
-	if e := sh.m[key]; e != nil && !e.pending {
-		delete(sh.m, key)
-	}
-	sh.mu.Unlock()
-}
-
-// arm schedules a sweep in d, unless one is due or sweeps are by hand.
-func (ls *leases) arm(d time.Duration) {
-	ls.sweepMu.Lock()
-	defer ls.sweepMu.Unlock()
-	if ls.timer == nil && !ls.manual {
-		ls.timer = time.AfterFunc(d, ls.sweep)
+// armIn schedules a sweep in d, unless one is due.
+func (s *sweeper) armIn(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.timer == nil {
+		s.timer = s.afterFunc(d, s.run)
 	}
 }
 
-// ended removes from the map and returns the leases for which done is true
-// (none in flight), with their keys; and how soon the first lease still
-// held will age out, or -1 when none is held.
-func (ls *leases) ended(now time.Time, done func(e *lease, age time.Duration) bool) (keys []string, held []*lease, next time.Duration) {
-	next = -1
-	for i := range ls.shards {
-		sh := &ls.shards[i]
-		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.pending {
-				continue
-			}
-			age := ls.elapsed(e.at, now)
-			if done(e, age) {
-				delete(sh.m, k)
-				if e.left.Load() > 0 {
-					keys, held = append(keys, k), append(held, e)
-				}
-			} else if left := ls.maxAge - age; next < 0 || left < next {
-				next = left
-			}
-		}
-		sh.mu.Unlock()
+// run is the timer's sweep, at the limiter's clock's now.
+func (s *sweeper) run() {
+	var now time.Time // the monotonic clock's
+	if s.l.cfg.clock != nil {
+		now = s.l.cfg.clock()
 	}
-	return keys, held, next
+	s.l.sweepLeases(now)
+}
+
+// stop cancels a sweep that is due.
+func (s *sweeper) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
 }
 
 // sweepLeases hands back the unspent units of every lease of l that is at
@@ -397,37 +206,35 @@ func (ls *leases) ended(now time.Time, done func(e *lease, age time.Duration) bo
 // 9/8·maxAge after it was taken, plus the hand-back's round trip and the
 // time the previous sweep's hand-backs took (each bounded by the timeout).
 func (l *Limiter) sweepLeases(now time.Time) {
-	ls := l.leases
-	ls.sweepMu.Lock()
-	ls.timer = nil // a lease taken from here on arms a timer of its own
-	ls.sweepMu.Unlock()
-	keys, held, next := ls.ended(now, func(_ *lease, age time.Duration) bool { return age >= ls.maxAge || age < 0 })
-	_ = l.handBack(keys, held) // a failed hand-back is lost: its units return as the key refills
+	s := l.sweep
+	s.mu.Lock()
+	s.timer = nil // a lease taken from here on arms a timer of its own
+	s.mu.Unlock()
+	held, next := l.leases.End(now, false)
+	_ = l.handBack(held) // a failed hand-back is lost: its units return as the key refills
 	if next >= 0 {
-		ls.arm(max(next, ls.maxAge/8))
+		s.armIn(max(next, l.leases.MaxAge()/8))
 	}
 }
 
-// handBack gives the unspent units of held (the leases of keys) back to
-// the store, at most handBackConcurrency round trips at a time, each
-// bounded by the limiter's timeout, and returns the errors of those that
-// failed.
-func (l *Limiter) handBack(keys []string, held []*lease) error {
+// handBack gives the unspent units of held back to the store, at most
+// handBackConcurrency round trips at a time, each bounded by the
+// limiter's timeout, and returns the errors of those that failed.
+func (l *Limiter) handBack(held []lease.Held) error {
 	errs := make([]error, len(held))
 	sem := make(chan struct{}, handBackConcurrency)
 	var wg sync.WaitGroup
-	for j, e := range held {
+	for j, h := range held {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			req := store.Request{Strategy: e.strategy, Prefix: l.cfg.prefix, Key: keys[j], Timeout: l.cfg.timeout}
+			req := store.Request{Strategy: h.Strategy, Prefix: l.cfg.prefix, Key: h.Key, Timeout: l.cfg.timeout}
 			if l.cfg.clock != nil {
 				req.Now = l.cfg.clock()
 			}
-			left := e.left.Load()
-			terms := algorithm.LeaseTerms{Back: left, BackAt: e.storeAt}
+			terms := algorithm.LeaseTerms{Back: h.Left, BackAt: h.At}
 			if _, err := l.store.(store.Leaser).Lease(context.Background(), req, terms); err != nil {
-				errs[j] = fmt.Errorf("fleetlimit: hand back %d units of %q: %w", left, keys[j], err)
+				errs[j] = fmt.Errorf("fleetlimit: hand back %d units of %q: %w", h.Left, h.Key, err)
 			}
 		})
 	}
@@ -445,16 +252,10 @@ const handBackConcurrency = 16
 // keys refill). Without WithLeases it does nothing. The limiter stays
 // usable: a later decision takes a new lease.
 func (l *Limiter) Close() error {
-	ls := l.leases
-	if ls == nil {
+	if l.leases == nil {
 		return nil
 	}
-	ls.sweepMu.Lock()
-	if ls.timer != nil {
-		ls.timer.Stop()
-		ls.timer = nil
-	}
-	ls.sweepMu.Unlock()
-	keys, held, _ := ls.ended(time.Time{}, func(*lease, time.Duration) bool { return true })
-	return l.handBack(keys, held)
+	l.sweep.stop()
+	held, _ := l.leases.End(time.Time{}, true)
+	return l.handBack(held)
 }

@@ -306,7 +306,7 @@ func TestCallerDeadlines(t *testing.T) {
 	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithTimeout(200*time.Millisecond),
 		fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
 	require.NoError(t, err)
-	for i := range 2 * fleetlimit.DefaultMinFailures {
+	for i := range 2 * fleetlimit.DefaultBreakerConfig().MinFailures {
 		ctx, cancel := context.WithTimeout(bg, 30*time.Millisecond)
 		res, err := l.Allow(ctx, "u")
 		cancel()
@@ -315,7 +315,7 @@ func TestCallerDeadlines(t *testing.T) {
 		require.Equal(t, fleetlimit.Result{Limit: 10}, res, "call %d: denied", i)
 	}
 	require.Equal(t, fleetlimit.BreakerClosed, l.Breaker().State())
-	for i := range fleetlimit.DefaultMinFailures {
+	for i := range fleetlimit.DefaultBreakerConfig().MinFailures {
 		ctx, cancel := context.WithTimeout(bg, time.Minute)
 		res, err := l.Allow(ctx, "u")
 		cancel()

@@ -130,3 +130,33 @@ func (d Decider) String() string {
 	}
 	return fmt.Sprintf("Decider(%d)", int(d))
 }
+
+// observed makes a decision and tells the observer about it.
+func (l *Limiter) observed(ctx context.Context, key string, n int64) (Result, error) {
+	start := time.Now()
+	res, o, err := l.decide(ctx, key, n, &l.allow)
+	out := res
+	if l.cfg.shadow {
+		out = shadowed(res, o)
+	}
+	if !o.invalid() {
+		route, _ := ctx.Value(routeKey{}).(string)
+		l.cfg.observer.Observe(Event{
+			Name:        l.cfg.name,
+			Route:       route,
+			Algorithm:   l.strategy.Name(),
+			Key:         key,
+			N:           n,
+			Allowed:     res.Allowed,
+			Shadow:      out.Shadow,
+			Remaining:   res.Remaining,
+			Latency:     time.Since(start),
+			Err:         err,
+			Policy:      l.cfg.policy,
+			DecidedBy:   o.by(),
+			CircuitOpen: o.circuitOpen(),
+			Breaker:     l.cfg.breaker,
+		})
+	}
+	return out, err
+}

@@ -19,7 +19,7 @@ import (
 // The ban is checked and set in the same decision (one script on Redis,
 // one lock in memory), in a key of its own beside the strategy's, which
 // expires once nothing in it matters; Reset lifts a ban with the rest of the
-// key's state. Per-key strategies (WithStrategyFor) get the same penalty.
+// key's state. Tiers (WithStrategyFor) get the same penalty.
 // With WithLeases, a lease round trip the strategy denies counts as a
 // denial, and a banned key's round trip takes no lease (see WithLeases).
 // Invalid parameters (after < 1, durations outside algorithm.MinWindow to

@@ -84,6 +84,28 @@ func readme(shared store.Store, mux *http.ServeMux, searchHandler http.Handler) 
 
 func main() { _ = readme }
 `,
+	"otelobserver": `package main
+
+import (
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/httplimit"
+	"github.com/fleetlimit/fleetlimit/otelobserver"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+func readme(shared store.Store, mux *http.ServeMux, apiHandler http.Handler) error {
+%s
+	return nil
+}
+
+func main() { _ = readme }
+`,
 }
 
 // vetProgram writes program, with body in place of %s, to a fresh

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
-	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // Refund gives back n units that key was charged, for a request that
@@ -49,26 +48,21 @@ import (
 //
 // Refund is safe for concurrent use.
 func (l *Limiter) Refund(ctx context.Context, key string, n int64) (Result, error) {
-	none := Result{Limit: l.strategy.Limit()}
+	none := l.none()
 	if _, err := l.request(key, n); err != nil {
 		return none, err
 	}
 	if _, ok := l.strategy.(algorithm.Refunder); !ok {
 		return none, fmt.Errorf("fleetlimit: refund %q: strategy %s does not implement algorithm.Refunder: %w", key, l.strategy.Name(), errors.ErrUnsupported)
 	}
-	rf, ok := l.store.(store.Refunder)
-	if !ok {
+	if l.refund.op == nil {
 		return none, fmt.Errorf("fleetlimit: refund %q: store %T does not implement store.Refunder: %w", key, l.store, errors.ErrUnsupported)
 	}
-	// A view of l whose store refunds and which has no fallback, denial
-	// cache or leases: decide applies the timeout and the breaker exactly
-	// as for AllowN.
-	v := *l
-	v.store = viewStore{l.store, rf.Refund}
-	v.fallback, v.denials, v.leases = nil, nil, nil
-	res, _, err := v.decide(ctx, key, n)
+	// The refund mode has no fallback, denial cache or leases: decide
+	// applies the timeout and the breaker exactly as for AllowN.
+	res, _, err := l.decide(ctx, key, n, &l.refund)
 	if dc := l.denials; dc != nil {
-		dc.forget(key) // the units given back may let a cached denial pass
+		dc.Forget(key) // the units given back may let a cached denial pass
 	}
 	if err != nil {
 		return none, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -41,16 +42,16 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, err)
 	}
-	req := store.Request{Strategy: l.decider, Prefix: l.cfg.prefix, Key: key, Timeout: l.cfg.timeout}
+	req := store.Request{Strategy: l.rule, Prefix: l.cfg.prefix, Key: key, Timeout: l.cfg.timeout}
 	err := rs.Reset(ctx, req)
 	if dc := l.denials; dc != nil {
-		dc.forget(key) // after the store's reset, even a failed one
+		dc.Forget(key) // after the store's reset, even a failed one
 	}
 	if ls := l.leases; ls != nil {
-		ls.forget(key)
+		ls.Forget(key)
 	}
 	if err != nil {
-		if cerr := doneErr(ctx); cerr != nil {
+		if cerr := ctxdone.Err(ctx); cerr != nil {
 			return fmt.Errorf("fleetlimit: reset %q: caller gone: %w", key, cerr)
 		}
 		return fmt.Errorf("fleetlimit: reset %q: %w: %w", key, ErrStoreUnavailable, err)
@@ -90,23 +91,15 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // (EVALSHA, pipelined as decisions are).
 func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error) {
 	if _, err := l.request(key, n); err != nil {
-		return Result{Limit: l.strategy.Limit()}, err
+		return l.none(), err
 	}
-	p, ok := l.store.(store.Peeker)
-	if !ok {
-		return Result{Limit: l.strategy.Limit()}, fmt.Errorf("fleetlimit: peek %q: store %T does not implement store.Peeker: %w", key, l.store, errors.ErrUnsupported)
+	if l.peek.op == nil {
+		return l.none(), fmt.Errorf("fleetlimit: peek %q: store %T does not implement store.Peeker: %w", key, l.store, errors.ErrUnsupported)
 	}
-	// A view of l whose stores peek: decide applies the breaker, the
-	// fallback and the policy exactly as for AllowN.
-	v := *l
-	v.store, v.peeking = viewStore{l.store, p.Peek}, true
-	if fb := l.fallback; fb != nil {
-		v.fallback = nil // the policy decides if the fallback cannot peek
-		if fp, ok := fb.store.(store.Peeker); ok {
-			v.fallback = &fallback{strategy: fb.strategy, store: viewStore{fb.store, fp.Peek}, instances: fb.instances}
-		}
-	}
-	res, o, err := v.decide(ctx, key, n)
+	// The peek mode's stores peek (and the policy decides if the fallback
+	// cannot): decide applies the breaker, the fallback and the policy
+	// exactly as for AllowN.
+	res, o, err := l.decide(ctx, key, n, &l.peek)
 	if l.cfg.shadow {
 		res = shadowed(res, o)
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"slices"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/rule"
 )
 
 // WithStrategyFor sets per-key limits (tiers, plans, overrides): before each
@@ -41,14 +41,14 @@ func WithStrategyFor(f func(ctx context.Context, key string) (algorithm.Strategy
 		if f == nil {
 			c.errs = append(c.errs, fmt.Errorf("nil WithStrategyFor function"))
 		}
-		c.strategyFor = f
+		c.tiers = f
 	})
 }
 
-// strategyFor returns the strategy that applies to key: the limiter's own
+// tierFor returns the strategy that applies to key: the limiter's own
 // unless WithStrategyFor says otherwise.
-func (l *Limiter) strategyFor(ctx context.Context, key string) (algorithm.Strategy, error) {
-	f := l.cfg.strategyFor
+func (l *Limiter) tierFor(ctx context.Context, key string) (algorithm.Strategy, error) {
+	f := l.cfg.tiers
 	if f == nil {
 		return l.strategy, nil
 	}
@@ -62,16 +62,16 @@ func (l *Limiter) strategyFor(ctx context.Context, key string) (algorithm.Strate
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("fleetlimit: strategy for %q: %w: %w", key, ErrInvalidConfig, err)
 	}
-	if err := sameShape(l.strategy, s); err != nil {
+	if err := rule.SameShape(l.strategy, s); err != nil {
 		return nil, fmt.Errorf("fleetlimit: strategy for %q: %w: %w", key, ErrInvalidConfig, err)
 	}
 	return s, nil
 }
 
-// deciderFor is strategyFor(ctx, key) in the limiter's penalty box, if it
-// has one (WithPenalty).
-func (l *Limiter) deciderFor(ctx context.Context, key string) (algorithm.Strategy, error) {
-	s, err := l.strategyFor(ctx, key)
+// ruleFor is key's tier as applied to its keys: in the limiter's penalty
+// box, if it has one (WithPenalty).
+func (l *Limiter) ruleFor(ctx context.Context, key string) (algorithm.Strategy, error) {
+	s, err := l.tierFor(ctx, key)
 	if err != nil || l.cfg.penalty == nil {
 		return s, err
 	}
@@ -85,44 +85,4 @@ func isNil(v any) bool {
 	}
 	r := reflect.ValueOf(v)
 	return r.Kind() == reflect.Pointer && r.IsNil()
-}
-
-// sameShape returns an error unless s is own's algorithm (the same script
-// tag and keys, or name without a script) over the same window, member by
-// member for a composite.
-func sameShape(own, s algorithm.Strategy) error {
-	if shape(own) != shape(s) || own.Window() != s.Window() || !slices.Equal(keysOf(own), keysOf(s)) {
-		return fmt.Errorf("%s over %v is not the limiter's algorithm (%s over %v): a per-key strategy may change the limit only, so that a key's state carries over between tiers",
-			s.Name(), s.Window(), own.Name(), own.Window())
-	}
-	oc, ok := own.(algorithm.Composite)
-	if !ok {
-		return nil
-	}
-	sc, ok := s.(algorithm.Composite)
-	if !ok || len(sc.Members()) != len(oc.Members()) {
-		return fmt.Errorf("%s is not a composite of the limiter's members", s.Name())
-	}
-	for i, m := range oc.Members() {
-		if err := sameShape(m, sc.Members()[i]); err != nil {
-			return fmt.Errorf("member %d: %w", i, err)
-		}
-	}
-	return nil
-}
-
-// shape is what names a strategy's state: its script tag, or its name.
-func shape(s algorithm.Strategy) string {
-	if sc := s.Script(); sc != nil {
-		return sc.Tag
-	}
-	return s.Name()
-}
-
-// keysOf is a strategy's key suffixes (algorithm.Script.Keys).
-func keysOf(s algorithm.Strategy) []string {
-	if sc := s.Script(); sc != nil {
-		return sc.Keys
-	}
-	return nil
 }

@@ -19,6 +19,16 @@
 //	FixedWindow       the naive counter, windows aligned to the Unix epoch;
 //	                  constant memory; lets 2*limit through around every window
 //	                  edge. Kept so that the flaw can be shown and measured.
+//	SlidingWindowCounter  two fixed-window counts weighted by the overlap;
+//	                  constant memory; at most limit per aligned window and
+//	                  under twice it in any window-long interval.
+//
+// And two that combine others, each still one script per decision:
+//
+//	All               several strategies at once, all or nothing: admitted
+//	                  only when every member admits, and then charged to all.
+//	Penalize          a penalty box around a strategy: a key denied too often
+//	                  is banned, for doubling bans.
 //
 // Arithmetic is on integer microseconds and integer token units below 2^53,
 // the largest integer a Lua number holds exactly, so the Go rule and its Lua

@@ -94,7 +94,7 @@ func Penalize(s Strategy, p Penalty) Strategy {
 
 // penaltyScripts caches the penalty script of each inner script (by its
 // digest and the modes it honours: one source serves composites whose
-// members differ in them): per-key strategies (tiers) are penalized on
+// members differ in them): tiers (fleetlimit.WithStrategyFor) are penalized on
 // every decision.
 var penaltyScripts sync.Map // penaltyScriptKey → *Script
 

@@ -128,11 +128,11 @@ func TestHungRedis(t *testing.T) {
 		p.SetBlackHole(true)
 		outs := requireBoundedConnections(t, c, p, func() []outcome {
 			// One wave's failures are one instant: the breaker opens in the
-			// wave that makes them span DefaultMinOutage, and the next wave
+			// wave that makes them span the default MinOutage, and the next wave
 			// finds it open.
 			var outs []outcome
-			for i := range int(fleetlimit.DefaultMinOutage/timeout) + 2 {
-				if i > 0 && i <= int(fleetlimit.DefaultMinOutage/timeout) {
+			for i := range int(fleetlimit.DefaultBreakerConfig().MinOutage/timeout) + 2 {
+				if i > 0 && i <= int(fleetlimit.DefaultBreakerConfig().MinOutage/timeout) {
 					clock.Advance(timeout)
 				}
 				outs = append(outs, burst(l, "u", 64, 1)...)
@@ -153,7 +153,7 @@ func TestHungRedis(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d calls timed out, then the breaker answered %d", policy, timedOut, open)
-		require.GreaterOrEqual(t, timedOut, fleetlimit.DefaultMinFailures, "%s: it takes failures over time to open", policy)
+		require.GreaterOrEqual(t, timedOut, fleetlimit.DefaultBreakerConfig().MinFailures, "%s: it takes failures over time to open", policy)
 		require.Positive(t, open, "%s: the breaker opened", policy)
 		require.Equal(t, fleetlimit.BreakerOpen, b.State(), policy)
 
@@ -167,7 +167,7 @@ func TestHungRedis(t *testing.T) {
 
 		// Redis answers again; once the cool-down is over a probe closes it.
 		p.SetBlackHole(false)
-		clock.Advance(fleetlimit.DefaultMaxCoolDown)
+		clock.Advance(fleetlimit.DefaultBreakerConfig().MaxCoolDown)
 		require.Equal(t, fleetlimit.BreakerHalfOpen, b.State(), policy)
 		recovered(t, l, "u")
 		require.Equal(t, fleetlimit.BreakerClosed, b.State(), policy)

@@ -139,20 +139,14 @@ type Interceptor struct {
 func New(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (*Interceptor, error) {
 	i := &Interceptor{l: l, key: key}
 	var errs []error
-	if l == nil {
-		errs = append(errs, errors.New("nil limiter"))
-	}
-	if key == nil {
-		errs = append(errs, errors.New("nil KeyFunc"))
-	}
 	for _, o := range opts {
 		o.apply(i, &errs)
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: grpclimit: %w", fleetlimit.ErrInvalidConfig, errors.Join(errs...))
+	a, err := ratelimitheader.NewAdapter("grpclimit", l, key != nil, i.shadowMetadata, errs)
+	if err != nil {
+		return nil, err
 	}
-	i.policy = ratelimitheader.ForLimiter(l)
-	i.metadata = !l.Shadow() || i.shadowMetadata
+	i.policy, i.metadata = a.Policy, a.Headers
 	return i, nil
 }
 

@@ -85,20 +85,14 @@ func NewMiddleware(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (func(htt
 		deny:  PlainTextDenial,
 	}
 	var errs []error
-	if l == nil {
-		errs = append(errs, errors.New("nil limiter"))
-	}
-	if key == nil {
-		errs = append(errs, errors.New("nil KeyFunc"))
-	}
 	for _, o := range opts {
 		o.apply(m, &errs)
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: httplimit: %w", fleetlimit.ErrInvalidConfig, errors.Join(errs...))
+	a, err := ratelimitheader.NewAdapter("httplimit", l, key != nil, m.shadowHeaders, errs)
+	if err != nil {
+		return nil, err
 	}
-	m.policy = ratelimitheader.ForLimiter(l)
-	m.headers = !l.Shadow() || m.shadowHeaders
+	m.policy, m.headers = a.Policy, a.Headers
 	return m.wrap, nil
 }
 

@@ -131,7 +131,7 @@ func TestMiddlewareRedisStoppedAndRestarted(t *testing.T) {
 			rig.requireDegraded(t, hit(), policy, true, "Redis is back but the cool-down is not over")
 			require.Equal(t, calls, rig.st.Calls.Load())
 
-			rig.clk.Advance(fleetlimit.DefaultCoolDown)
+			rig.clk.Advance(fleetlimit.DefaultBreakerConfig().CoolDown)
 			rig.requireHealthy(t, hit(), "the probe finds Redis back")
 			require.Equal(t, fleetlimit.BreakerClosed, rig.l.Breaker().State())
 			require.Equal(t, calls+1, rig.st.Calls.Load())
@@ -169,7 +169,7 @@ func TestMiddlewareRedisHung(t *testing.T) {
 			_, err := rig.l.Allow(bg, "bob")
 			require.ErrorIs(t, err, fleetlimit.ErrCircuitOpen)
 			rig.rec.Take()
-			rig.clk.Advance(fleetlimit.DefaultCoolDown)
+			rig.clk.Advance(fleetlimit.DefaultBreakerConfig().CoolDown)
 			_, err = rig.l.Allow(bg, "bob")
 			require.ErrorIs(t, err, context.DeadlineExceeded, "the probe waits one timeout on the still-hung Redis")
 			require.Equal(t, fleetlimit.BreakerOpen, rig.l.Breaker().State(), "and reopens the breaker")

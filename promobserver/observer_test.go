@@ -1,16 +1,13 @@
 package promobserver_test
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,20 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetlimit/fleetlimit"
-	"github.com/fleetlimit/fleetlimit/algorithm"
-	"github.com/fleetlimit/fleetlimit/internal/proptest"
+	"github.com/fleetlimit/fleetlimit/internal/observertest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/promobserver"
 	"github.com/fleetlimit/fleetlimit/store"
 )
-
-var bg = context.Background()
-
-// slowMachine is the timeout of decisions a healthy store must make.
-const slowMachine = 5 * time.Second
-
-func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
 
 // scrape fetches reg's metrics through promhttp, as Prometheus would, and
 // returns every sample as "name{label="value",...}" -> value, histograms
@@ -79,10 +68,12 @@ func scrape(t *testing.T, reg *prometheus.Registry) (map[string]float64, string)
 	return out, string(body)
 }
 
-// After a known sequence of decisions by five limiters — enforcing on a
-// healthy store (memory, then the real redis-server), fail-closed and
-// fail-open on a dead one, a caller gone, a shadow limiter — the scraped
-// series say exactly what happened, and no client key appears in them.
+// After the known sequence of decisions of observertest.Run — enforcing
+// on a healthy store (memory, then the real redis-server), fail-closed
+// with its breaker opening and fail-open on a dead one, a caller gone, bad
+// input, a shadow limiter, leases with a denial cache, no breaker — the
+// scraped series say exactly what happened, and no client key appears in
+// them.
 func TestObserverScrape(t *testing.T) {
 	all := map[string]store.Store{"memory": stores.Memory(t)}
 	if redistest.HaveReal(t) {
@@ -95,72 +86,10 @@ func TestObserverScrape(t *testing.T) {
 			require.NoError(t, err)
 			_, err = promobserver.New(reg)
 			require.Error(t, err, "the metrics are registered once per registry")
-
-			clock := fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(15 * time.Second)))
-			newLimiter := func(st store.Store, name string, opts ...fleetlimit.Option) *fleetlimit.Limiter {
-				l, err := fleetlimit.New(algorithm.FixedWindow(3, time.Minute), st, append([]fleetlimit.Option{
-					fleetlimit.WithName(name), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine),
-					fleetlimit.WithObserver(obs), clock}, opts...)...)
-				require.NoError(t, err)
-				return l
-			}
-			dead := store.NewMemory()
-			require.NoError(t, dead.Close())
-			// A breaker that opens on the first failure and, on a pinned
-			// clock, stays open.
-			breaker, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1,
-				Clock: fixedClock(proptest.Epoch), Logger: slog.New(slog.DiscardHandler)})
-			require.NoError(t, err)
-
-			api := newLimiter(st, "api")
-			login := newLimiter(dead, "login", fleetlimit.WithFailurePolicy(fleetlimit.FailClosed), fleetlimit.WithBreaker(breaker))
-			search := newLimiter(dead, "search", fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
-			rollout := newLimiter(st, "rollout", fleetlimit.WithShadow())
-
-			// api: 1 + 2 admitted (3 of 3), then 1 denied and a cost of 4
-			// denied (above the limit).
-			for _, n := range []int64{1, 2, 1, 4} {
-				_, err := api.AllowN(bg, "alice", n)
-				require.NoError(t, err)
-			}
-			// A caller gone: denied, not a store error.
-			gone, cancel := context.WithCancel(bg)
-			cancel()
-			_, err = api.Allow(gone, "alice")
-			require.ErrorIs(t, err, context.Canceled)
-			// login: the dead store fails the first decision (closed), which
-			// opens the breaker; the second is kept from the store.
-			for range 2 {
-				_, err := login.Allow(bg, "alice")
-				require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable)
-			}
-			require.Equal(t, fleetlimit.BreakerOpen, breaker.State())
-			// search: fail-open on the dead store.
-			_, err = search.Allow(bg, "alice")
-			require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable)
-			// rollout: shadow; 3 admitted, 2 would-be denials let through.
-			for range 5 {
-				res, err := rollout.Allow(bg, "alice")
-				require.NoError(t, err)
-				require.True(t, res.Allowed)
-			}
-
-			// leased: 8 of 8 with leases of 4 and a denial cache. Leases of
-			// 4, 2, 1 and 1 (the fair share of 8, 4, 2 and 1 left): 4 of the 8
-			// admissions are from a lease; then a denial from the store, and
-			// its repeat from the cache.
-			leased, err := fleetlimit.New(algorithm.FixedWindow(8, time.Minute), st, fleetlimit.WithName("leased"),
-				fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine), fleetlimit.WithObserver(obs), clock,
-				fleetlimit.WithLeases(4, time.Hour), fleetlimit.WithDenialCache(8))
-			require.NoError(t, err)
-			for i := range 10 {
-				res, err := leased.Allow(bg, "alice")
-				require.NoError(t, err)
-				require.Equal(t, i < 8, res.Allowed, "request %d", i)
-			}
+			observertest.Run(t, st, obs)
 
 			got, body := scrape(t, reg)
-			require.NotContains(t, body, "alice", "the client's key is never a label")
+			require.NotContains(t, body, observertest.Key, "the client's key is never a label")
 			want := map[string]float64{
 				`fleetlimit_decisions_total{limiter="api",outcome="allowed"}`:          2,
 				`fleetlimit_decisions_total{limiter="api",outcome="denied"}`:           2,
@@ -221,8 +150,19 @@ func TestObserverScrape(t *testing.T) {
 				`fleetlimit_breaker_state{limiter="leased"}`:                              0,
 				`fleetlimit_local_decisions_total{by="lease",limiter="leased"}`:           4,
 				`fleetlimit_local_decisions_total{by="cache",limiter="leased"}`:           1,
+
+				// No breaker, no breaker gauge.
+				`fleetlimit_decisions_total{limiter="bare",outcome="allowed"}`:          1,
+				`fleetlimit_decisions_total{limiter="bare",outcome="denied"}`:           0,
+				`fleetlimit_decisions_total{limiter="bare",outcome="degraded-allowed"}`: 0,
+				`fleetlimit_decisions_total{limiter="bare",outcome="degraded-denied"}`:  0,
+				`fleetlimit_decisions_total{limiter="bare",outcome="caller-gone"}`:      0,
+				`fleetlimit_cost_total{limiter="bare",result="admitted"}`:               2,
+				`fleetlimit_cost_total{limiter="bare",result="denied"}`:                 0,
+				`fleetlimit_shadow_admissions_total{limiter="bare"}`:                    0,
+				`fleetlimit_decision_duration_seconds_count{limiter="bare"}`:            1,
 			}
-			for _, name := range []string{"api", "login", "search", "rollout"} {
+			for _, name := range []string{"api", "login", "search", "rollout", "bare"} {
 				for _, by := range []string{"lease", "cache"} {
 					want[fmt.Sprintf(`fleetlimit_local_decisions_total{by=%q,limiter=%q}`, by, name)] = 0
 				}

@@ -52,29 +52,35 @@ package scripts
 
 import _ "embed"
 
+// preamble reads the calling convention's arguments for the single
+// strategies' scripts, which start with it.
+//
+//go:embed preamble.lua
+var preamble string
+
 //go:embed sliding_window_log.lua
 var slidingWindowLog string
 
 // SlidingWindowLog returns the Lua twin of algorithm.SlidingWindowLog.
-func SlidingWindowLog() string { return slidingWindowLog }
+func SlidingWindowLog() string { return preamble + slidingWindowLog }
 
 //go:embed token_bucket.lua
 var tokenBucket string
 
 // TokenBucket returns the Lua twin of algorithm.TokenBucket.
-func TokenBucket() string { return tokenBucket }
+func TokenBucket() string { return preamble + tokenBucket }
 
 //go:embed fixed_window.lua
 var fixedWindow string
 
 // FixedWindow returns the Lua twin of algorithm.FixedWindow.
-func FixedWindow() string { return fixedWindow }
+func FixedWindow() string { return preamble + fixedWindow }
 
 //go:embed sliding_window_counter.lua
 var slidingWindowCounter string
 
 // SlidingWindowCounter returns the Lua twin of algorithm.SlidingWindowCounter.
-func SlidingWindowCounter() string { return slidingWindowCounter }
+func SlidingWindowCounter() string { return preamble + slidingWindowCounter }
 
 //go:embed all.lua
 var all string

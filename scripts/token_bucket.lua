@@ -32,19 +32,10 @@
 -- anything is written. A denial writes nothing and is still answered. Keep
 -- any new write after a command Redis refuses when full (see
 -- sliding_window_log.lua).
-local key = KEYS[1]
-local peek = ARGV[#ARGV] == 'peek'
-local refund = ARGV[#ARGV] == 'refund'
-local lease = ARGV[#ARGV] == 'lease'
-local n = tonumber(ARGV[2])
+-- (key, peek, refund, lease, n and now: see preamble.lua)
 local burst = tonumber(ARGV[3])
 local R = tonumber(ARGV[4])
 local P = tonumber(ARGV[5])
-local now = tonumber(ARGV[1])
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 local C = burst * P
 local fill = math.ceil(C / R) -- microseconds to fill an empty bucket
 

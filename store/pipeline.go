@@ -42,12 +42,20 @@ type call struct {
 	keys   []string
 	args   []any
 
+	// cmd is the call's command in its batch's pipeline: written and read
+	// by the batch's sender alone, while the call is batched.
+	cmd *redis.Cmd
+
 	// Guarded by combiner.mu.
 	state callState
 	reply any
 	err   error
 	done  chan struct{} // signalled once, when state becomes finished
 }
+
+// batches recycles the slices that queues and batches are made of: a
+// sender hands its batch's slice back once every call in it is answered.
+var batches = sync.Pool{New: func() any { s := make([]*call, 0, 16); return &s }}
 
 type callState uint8
 
@@ -113,14 +121,22 @@ func (b *combiner) release() {
 	go b.sendAll(batch)
 }
 
-// take empties the queue into a batch. It requires that b.mu is held.
+// take empties the queue into a batch, and starts the next queue in a
+// recycled slice. It requires that b.mu is held.
 func (b *combiner) take() []*call {
 	batch := b.pending
-	b.pending = make([]*call, 0, cap(batch))
+	b.pending = (*batches.Get().(*[]*call))[:0]
 	for _, c := range batch {
 		c.state = batched
 	}
 	return batch
+}
+
+// recycle hands a sent batch's slice back for a later queue.
+func recycle(batch []*call) {
+	clear(batch)
+	batch = batch[:0]
+	batches.Put(&batch)
 }
 
 // sendAll sends batch, then each queue that formed meanwhile, and frees
@@ -128,6 +144,7 @@ func (b *combiner) take() []*call {
 func (b *combiner) sendAll(batch []*call) {
 	for {
 		b.send(batch)
+		recycle(batch)
 		b.mu.Lock()
 		if len(b.pending) == 0 {
 			b.inFlight--
@@ -161,45 +178,39 @@ func (b *combiner) send(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	replies, errs := b.r.runBatch(ctx, batch)
+	b.r.runBatch(ctx, batch)
 
 	b.mu.Lock()
-	for i, c := range batch {
+	for _, c := range batch {
 		if c.state == batched {
-			c.reply, c.err, c.state = replies[i], errs[i], finished
+			c.reply, c.err = c.cmd.Result()
+			c.state = finished
 			c.done <- struct{}{}
 		}
+		c.cmd = nil
 	}
 	b.mu.Unlock()
 }
 
 // runBatch sends the batch's EVALSHAs in one pipeline, then the scripts of
-// any that met NOSCRIPT with EVAL in a second one.
-func (r *Redis) runBatch(ctx context.Context, batch []*call) ([]any, []error) {
-	replies, errs := make([]any, len(batch)), make([]error, len(batch))
+// any that met NOSCRIPT with EVAL in a second one; each call's cmd holds
+// its outcome.
+func (r *Redis) runBatch(ctx context.Context, batch []*call) {
 	pipe := r.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(batch))
-	for i, c := range batch {
-		cmds[i] = pipe.EvalSha(ctx, c.script.SHA1, c.keys, c.args...)
+	for _, c := range batch {
+		c.cmd = pipe.EvalSha(ctx, c.script.SHA1, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
-	var retry []int
-	for i, cmd := range cmds {
-		replies[i], errs[i] = cmd.Result()
-		if errs[i] != nil && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
-			retry = append(retry, i)
+	var retry redis.Pipeliner
+	for _, c := range batch {
+		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if retry == nil {
+				retry = r.client.Pipeline()
+			}
+			c.cmd = retry.Eval(ctx, c.script.Source, c.keys, c.args...)
 		}
 	}
-	if len(retry) > 0 {
-		pipe = r.client.Pipeline()
-		for _, i := range retry {
-			c := batch[i]
-			cmds[i] = pipe.Eval(ctx, c.script.Source, c.keys, c.args...)
-		}
-		_, _ = pipe.Exec(ctx)
-		for _, i := range retry {
-			replies[i], errs[i] = cmds[i].Result()
-		}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
 	}
-	return replies, errs
 }

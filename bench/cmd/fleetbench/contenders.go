@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,11 @@ type contender struct {
 	// the throughput scenarios only (its keys' memory is its exact twin's).
 	lease   int64
 	closers []func() error
+	// quiesce, if set, ends the contender's background work between its
+	// cells (a leased limiter's leases are handed back now, not by its
+	// sweep during another contender's cell, whose commands, Redis CPU and
+	// allocations would then include them).
+	quiesce func() error
 }
 
 // roundTrips counts the client's network round trips: each command sent on
@@ -131,6 +137,7 @@ func newContenders(addr string) ([]*contender, error) {
 		opts = append([]fleetlimit.Option{fleetlimit.WithTimeout(c.Options().ReadTimeout),
 			fleetlimit.WithKeyPrefix(fleetlimit.DefaultKeyPrefix)}, opts...)
 		var stores []store.Store
+		var limiters []*fleetlimit.Limiter
 		tag := strategy(spread).Script().Tag
 		overhead := len(store.RedisKey(fleetlimit.DefaultKeyPrefix, "", tag))
 		if lease > 0 {
@@ -154,6 +161,7 @@ func newContenders(addr string) ([]*contender, error) {
 				if err != nil {
 					return nil, err
 				}
+				limiters = append(limiters, lim)
 				return func(ctx context.Context, key string) (bool, error) {
 					res, err := lim.Allow(ctx, key)
 					return res.Allowed, err
@@ -165,6 +173,13 @@ func newContenders(addr string) ([]*contender, error) {
 				}
 				return nil
 			}, c.Close},
+			quiesce: func() error {
+				var errs []error
+				for _, l := range limiters {
+					errs = append(errs, l.Close()) // hands back every lease; the limiter stays usable
+				}
+				return errors.Join(errs...)
+			},
 		})
 	}
 	fl("fleetlimit sliding log", "fl-sl", "sl", 0, func(p profile) algorithm.Strategy {

@@ -149,6 +149,9 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 		} else {
 			loadFor(ctx, a.fn, a.keys, sc.g, b.cfg.warm, a.cursor)
 		}
+		if err := quiesced(a.s.c); err != nil {
+			return err
+		}
 	}
 	for r := range b.cfg.rounds {
 		for k := range as {
@@ -160,6 +163,9 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 				return err
 			}
 			a.s.samples = append(a.s.samples, s)
+			if err := quiesced(a.s.c); err != nil {
+				return err
+			}
 		}
 	}
 	if sc.group == "10,000 keys" {
@@ -474,4 +480,16 @@ func cmdBreakdown(cmds map[string]int64, decisions int64) string {
 		parts = append(parts, fmt.Sprintf("%s %.2f", strings.ToUpper(e.k), per))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// quiesced ends c's background work before another contender's cell is
+// measured (see contender.quiesce).
+func quiesced(c *contender) error {
+	if c.quiesce == nil {
+		return nil
+	}
+	if err := c.quiesce(); err != nil {
+		return fmt.Errorf("%s: handing back its leases: %w", c.name, err)
+	}
+	return nil
 }

@@ -1,0 +1,152 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/keyed"
+)
+
+var (
+	t0 = time.Unix(1_700_000_000, 0)
+	tb = algorithm.TokenBucket(100, time.Second, 100)
+)
+
+// grant is a Trip that grants units (all admitted, limit 100) at at and
+// records the terms it was given.
+func grant(units int64, at int64, got *[]algorithm.LeaseTerms) Trip {
+	return func(_ context.Context, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+		*got = append(*got, terms)
+		return algorithm.Grant{Units: units, At: at, Decision: algorithm.Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Second}}, nil
+	}
+}
+
+func TestTakeThenSpend(t *testing.T) {
+	installed := 0
+	tab := New(10, time.Minute, keyed.Clock{Exact: true}, func() { installed++ })
+	var terms []algorithm.LeaseTerms
+	d, served, err := tab.Take(context.Background(), "k", tb, 2, t0, t0, time.Second, grant(10, 7, &terms))
+	if err != nil || served || !d.Allowed {
+		t.Fatalf("Take = %+v, %v, %v", d, served, err)
+	}
+	// The store's Remaining (50) plus what the lease still holds (10-2).
+	if d.Remaining != 58 {
+		t.Errorf("Remaining after the take = %d, want 58", d.Remaining)
+	}
+	if len(terms) != 1 || terms[0] != (algorithm.LeaseTerms{Want: 10}) || installed != 1 {
+		t.Fatalf("terms %+v, installed %d", terms, installed)
+	}
+	// A dry spend changes nothing; a real one takes its units.
+	if d, ok := tab.Spend("k", tb, 8, t0, true); !ok || d.Remaining != 0 {
+		t.Fatalf("dry spend of 8 = %+v, %v", d, ok)
+	}
+	if d, ok := tab.Spend("k", tb, 3, t0.Add(time.Millisecond), false); !ok || d.Remaining != 5 || d.ResetAfter != time.Second-time.Millisecond {
+		t.Fatalf("spend of 3 = %+v, %v; want Remaining 5, ResetAfter 999ms", d, ok)
+	}
+	// More than is left, another rule, or a lease maxAge old: not served.
+	if _, ok := tab.Spend("k", tb, 6, t0, false); ok {
+		t.Error("spent 6 of 5")
+	}
+	if _, ok := tab.Spend("k", algorithm.TokenBucket(200, time.Second, 200), 1, t0, false); ok {
+		t.Error("served another rule")
+	}
+	if _, ok := tab.Spend("k", tb, 1, t0.Add(time.Minute), false); ok {
+		t.Error("served a lease maxAge old")
+	}
+	// The next take hands back the 5 left, naming the lease by its At.
+	if _, _, err := tab.Take(context.Background(), "k", tb, 6, t0, t0, time.Second, grant(10, 9, &terms)); err != nil {
+		t.Fatal(err)
+	}
+	if want := (algorithm.LeaseTerms{Want: 10, Back: 5, BackAt: 7}); terms[1] != want {
+		t.Errorf("second take's terms %+v, want %+v", terms[1], want)
+	}
+}
+
+func TestServeWaitsForTheRoundTripInFlight(t *testing.T) {
+	tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	var terms []algorithm.LeaseTerms
+	slow := func(ctx context.Context, lt algorithm.LeaseTerms) (algorithm.Grant, error) {
+		close(entered)
+		<-release
+		return grant(10, 1, &terms)(ctx, lt)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, time.Second, slow); err != nil {
+			t.Error(err)
+		}
+	})
+	<-entered
+	// A caller whose context ends while it waits is let go with its error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, served, err := tab.Serve(ctx, "k", tb, 1, t0); served || !errors.Is(err, context.Canceled) {
+		t.Errorf("Serve with a cancelled ctx = %v, %v", served, err)
+	}
+	// One that waits is served from the lease the round trip installs.
+	done := make(chan algorithm.Decision)
+	go func() {
+		d, served, err := tab.Serve(context.Background(), "k", tb, 4, t0)
+		if !served || err != nil {
+			t.Errorf("Serve = %v, %v", served, err)
+		}
+		done <- d
+	}()
+	close(release)
+	if d := <-done; d.Remaining != 5 {
+		t.Errorf("Remaining from the new lease = %d, want 10-1-4 = 5", d.Remaining)
+	}
+	wg.Wait()
+	if len(terms) != 1 {
+		t.Errorf("%d round trips, want 1", len(terms))
+	}
+}
+
+func TestAPanickingTripReleasesWaiters(t *testing.T) {
+	tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
+	func() {
+		defer func() { _ = recover() }()
+		_, _, _ = tab.Take(context.Background(), "k", tb, 1, t0, t0, time.Second, func(context.Context, algorithm.LeaseTerms) (algorithm.Grant, error) {
+			panic("boom")
+		})
+	}()
+	if tab.Len() != 0 {
+		t.Fatalf("a panicked flight stayed: Len %d", tab.Len())
+	}
+	if _, served, err := tab.Serve(context.Background(), "k", tb, 1, t0); served || err != nil {
+		t.Errorf("Serve after the panic = %v, %v; want not served, no wait", served, err)
+	}
+}
+
+func TestEndAndForget(t *testing.T) {
+	tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
+	var terms []algorithm.LeaseTerms
+	for i, k := range []string{"a", "b", "c"} {
+		at := t0.Add(time.Duration(i) * 10 * time.Second)
+		if _, _, err := tab.Take(context.Background(), k, tb, 1, at, at, time.Second, grant(10, int64(i), &terms)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := tab.Spend("c", tb, 9, t0.Add(20*time.Second), false); !ok {
+		t.Fatal("could not spend c's lease")
+	}
+	// At t0+1m, a is maxAge old; b and c are not, and b ages out first.
+	held, next := tab.End(t0.Add(time.Minute), false)
+	if len(held) != 1 || held[0].Key != "a" || held[0].Left != 9 || held[0].At != 0 {
+		t.Errorf("held %+v, want a's 9 units", held)
+	}
+	if next != 10*time.Second {
+		t.Errorf("next = %v, want 10s", next)
+	}
+	tab.Forget("b")
+	// All: c is ended too, but holds nothing to hand back.
+	if held, next := tab.End(t0, true); len(held) != 0 || next != -1 || tab.Len() != 0 {
+		t.Errorf("End(all) = %+v, %v, Len %d", held, next, tab.Len())
+	}
+}

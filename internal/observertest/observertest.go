@@ -1,0 +1,120 @@
+// Package observertest drives limiters through one known sequence of
+// decisions, for the tests of the metrics observers (promobserver,
+// otelobserver): each checks what its own metrics say about the same
+// decisions.
+package observertest
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// Key is the client key of every decision Run makes: it must appear in no
+// metric.
+const Key = "alice"
+
+// slowMachine is the timeout of decisions a healthy store must make.
+const slowMachine = 5 * time.Second
+
+func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+// Run makes these decisions, each limiter with obs as its observer and,
+// but for login and search, st as its store (fixed windows of a minute on
+// a pinned clock), failing the test if one is not as said:
+//
+//   - api (3 a minute): costs 1 and 2 admitted (3 of 3); 1 and 4 denied by
+//     the store; 1 denied for a caller gone (not a store error); a cost of
+//     0 rejected as bad input (not a decision: nothing is observed).
+//   - login (fail-closed, on a closed store, with a breaker that opens on
+//     the first failure and stays open): 2 denied by the policy, the
+//     first with a store error of cause closed, which opens the breaker,
+//     the second with circuit-open. Its breaker ends open.
+//   - search (fail-open, on the same closed store, default breaker): 1
+//     admitted by the policy, a store error of cause closed; its breaker
+//     stays closed.
+//   - rollout (3 a minute, shadow): 3 admitted, 2 denied by the store and
+//     let through (shadow admissions).
+//   - leased (8 a minute, WithLeases(4), WithDenialCache): the store's
+//     round trips take leases of 4, 2, 1 and 1 (the fair share of the 8,
+//     4, 2 and 1 left), each admitting one request and leaving 3, 1, 0 and
+//     0 units: 4 admitted by the store, 4 by a lease; then 1 denied by the
+//     store and its repeat denied by the cache.
+//   - bare (3 a minute, WithoutBreaker): a cost of 2 admitted by the store.
+//
+// The decisions of one limiter are made in that order, one at a time.
+func Run(t testing.TB, st store.Store, obs fleetlimit.Observer) {
+	t.Helper()
+	bg := context.Background()
+	clock := fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(15 * time.Second)))
+	newLimiter := func(st store.Store, name string, limit int64, opts ...fleetlimit.Option) *fleetlimit.Limiter {
+		t.Helper()
+		l, err := fleetlimit.New(algorithm.FixedWindow(limit, time.Minute), st, append([]fleetlimit.Option{
+			fleetlimit.WithName(name), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine),
+			fleetlimit.WithObserver(obs), clock}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	check := func(ok bool, format string, args ...any) {
+		t.Helper()
+		if !ok {
+			t.Fatalf(format, args...)
+		}
+	}
+	dead := store.NewMemory()
+	check(dead.Close() == nil, "closing a memory store")
+	breaker, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1,
+		Clock: fixedClock(proptest.Epoch), Logger: slog.New(slog.DiscardHandler)})
+	check(err == nil, "NewBreaker: %v", err)
+
+	api := newLimiter(st, "api", 3)
+	login := newLimiter(dead, "login", 3, fleetlimit.WithFailurePolicy(fleetlimit.FailClosed), fleetlimit.WithBreaker(breaker))
+	search := newLimiter(dead, "search", 3, fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
+	rollout := newLimiter(st, "rollout", 3, fleetlimit.WithShadow())
+	leased := newLimiter(st, "leased", 8, fleetlimit.WithLeases(4, time.Hour), fleetlimit.WithDenialCache(8))
+	bare := newLimiter(st, "bare", 3, fleetlimit.WithoutBreaker())
+
+	for i, n := range []int64{1, 2, 1, 4} {
+		res, err := api.AllowN(bg, Key, n)
+		check(err == nil && res.Allowed == (i < 2), "api decision %d: %+v, %v", i, res, err)
+	}
+	gone, cancel := context.WithCancel(bg)
+	cancel()
+	res, err := api.Allow(gone, Key)
+	check(!res.Allowed && errors.Is(err, context.Canceled), "api, caller gone: %+v, %v", res, err)
+	_, err = api.AllowN(bg, Key, 0)
+	check(errors.Is(err, fleetlimit.ErrInvalidCost), "api, cost 0: %v", err)
+
+	for i := range 2 {
+		res, err := login.Allow(bg, Key)
+		check(!res.Allowed && errors.Is(err, fleetlimit.ErrStoreUnavailable) && errors.Is(err, fleetlimit.ErrCircuitOpen) == (i == 1),
+			"login decision %d: %+v, %v", i, res, err)
+	}
+	check(breaker.State() == fleetlimit.BreakerOpen, "login's breaker: %v", breaker.State())
+
+	res, err = search.Allow(bg, Key)
+	check(res.Allowed && errors.Is(err, fleetlimit.ErrStoreUnavailable), "search: %+v, %v", res, err)
+
+	for i := range 5 {
+		res, err := rollout.Allow(bg, Key)
+		check(err == nil && res.Allowed && res.Shadow == (i >= 3), "rollout decision %d: %+v, %v", i, res, err)
+	}
+
+	for i := range 10 {
+		res, err := leased.Allow(bg, Key)
+		check(err == nil && res.Allowed == (i < 8), "leased decision %d: %+v, %v", i, res, err)
+	}
+
+	res, err = bare.AllowN(bg, Key, 2)
+	check(err == nil && res.Allowed, "bare: %+v, %v", res, err)
+}
