@@ -240,10 +240,7 @@ func TestPingNamesTheCause(t *testing.T) {
 	require.NoError(t, stores.Redis(t, redistest.Real(t)).Ping(ctx))
 	require.NoError(t, stores.Redis(t, redistest.Cluster(t)).Ping(ctx))
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	addr := closedAddr(t)
 	for name, c := range map[string]redis.UniversalClient{
 		"client":  redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}),
 		"cluster": redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true}),
