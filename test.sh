@@ -84,8 +84,11 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
   apt_install redis-server redis-tools
 fi
 if ! command -v valkey-server >/dev/null || ! command -v valkey-cli >/dev/null; then
-  # valkey-server depends on valkey-tools, which has valkey-cli.
-  if ! apt-cache show valkey-server >/dev/null 2>&1; then
+  # valkey-server depends on valkey-tools, which has valkey-cli. Debian
+  # 12 has it in backports only: enable that suite unless a source has it.
+  $sudo apt-get update -qq
+  candidate=$(apt-cache policy valkey-server 2>/dev/null | sed -n 's/^ *Candidate: *//p')
+  if [ -z "$candidate" ] || [ "$candidate" = "(none)" ]; then
     src=$(backports_source)
     if [ -z "$src" ]; then
       echo "test.sh: valkey-server is not installed and no apt source serves this release, so backports cannot be derived" >&2
@@ -96,9 +99,9 @@ if ! command -v valkey-server >/dev/null || ! command -v valkey-cli >/dev/null; 
     case $src in deb\ *) file=/etc/apt/sources.list.d/$codename-backports.list ;; esac
     echo "test.sh: enabling $codename-backports in $file, for valkey-server" >&2
     echo "$src" | $sudo tee "$file" >/dev/null
+    $sudo apt-get update -qq
   fi
   echo "test.sh: installing valkey-server (Debian package)" >&2
-  $sudo apt-get update -qq
   apt_install valkey-server valkey-tools
 fi
 
