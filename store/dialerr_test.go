@@ -87,7 +87,8 @@ func TestDialErrorIsForgottenOnceADialSucceeds(t *testing.T) {
 	require.NoError(t, decideOnce(s))
 
 	slept := make(chan error, 1)
-	go func() { slept <- admin.Do(context.Background(), "DEBUG", "SLEEP", "1").Err() }()
+	// Long enough for the probe and the decision below on a loaded machine.
+	go func() { slept <- admin.Do(context.Background(), "DEBUG", "SLEEP", "2").Err() }()
 	// Wait until the server is asleep: a PING on a fresh connection times out.
 	require.Eventually(t, func() bool {
 		probe := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})

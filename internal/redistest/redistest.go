@@ -103,24 +103,29 @@ func haveEnv(t testing.TB, env string) bool {
 	return false
 }
 
-// Real returns a client for the real redis-server, failing the test if it is
-// not configured or does not answer. Tests share the server: give every key a
+// Real returns a client for the real redis-server (with
+// ContextTimeoutEnabled, then opts), failing the test if it is not
+// configured or does not answer. Tests share the server: give every key a
 // Prefix of its own rather than flushing.
-func Real(t testing.TB) *redis.Client {
+func Real(t testing.TB, opts ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	return dial(t, RealAddr(t), "redis-server")
+	return dial(t, RealAddr(t), "redis-server", opts)
 }
 
 // Valkey returns a client for the real valkey-server, as Real does for
 // redis-server.
-func Valkey(t testing.TB) *redis.Client {
+func Valkey(t testing.TB, opts ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	return dial(t, ValkeyAddr(t), "valkey-server")
+	return dial(t, ValkeyAddr(t), "valkey-server", opts)
 }
 
-func dial(t testing.TB, addr, server string) *redis.Client {
+func dial(t testing.TB, addr, server string, opts []func(*redis.Options)) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	o := &redis.Options{Addr: addr, ContextTimeoutEnabled: true}
+	for _, f := range opts {
+		f(o)
+	}
+	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
