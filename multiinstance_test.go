@@ -145,7 +145,7 @@ func realTimeRedisLimiter(s algorithm.Strategy, c redis.UniversalClient, prefix 
 
 // TestPropertyMultiInstanceSharedRedis: K = 1..16 limiter instances, each
 // with its own Redis client, over one Redis (miniredis, the real server, the
-// real 3-master Redis Cluster),
+// real 3-master Redis Cluster and, when named, the real valkey-server),
 // hit concurrently, admit exactly what one instance admits:
 //   - the admitted requests' Remaining values form one chain Limit-n1,
 //     Limit-n1-n2, ...: Redis applied them one at a time, no update lost;
@@ -172,6 +172,10 @@ func TestPropertyMultiInstanceSharedRedis(t *testing.T) {
 	}
 	redistest.Real(t)    // fail early when the real server does not answer
 	redistest.Cluster(t) // or the cluster
+	if redistest.HaveValkey(t) {
+		valkeyAddr := redistest.Valkey(t).Options().Addr
+		servers = append(servers, server{"valkey", func() redis.UniversalClient { return newFleetClient(valkeyAddr) }, fleetRealCases / 2})
+	}
 	for _, e := range proptest.RegistryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, srv := range servers {

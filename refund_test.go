@@ -19,13 +19,17 @@ import (
 )
 
 // refundBackends are the stores the refund properties run on: memory,
-// miniredis and, under ./test.sh, the real redis-server. The Cluster runs
-// the same script through the same store code; it is left out to keep the
-// root package within go test's ten minutes on a loaded machine.
+// miniredis and, under ./test.sh, the real redis-server and valkey-server.
+// The clusters run the same script through the same store code; they are
+// left out to keep the root package within go test's ten minutes on a
+// loaded machine.
 func refundBackends(t *testing.T) []proptest.Backend {
 	names := []string{"memory", "miniredis"}
 	if redistest.HaveReal(t) {
 		names = append(names, "redis")
+	}
+	if redistest.HaveValkey(t) {
+		names = append(names, "valkey")
 	}
 	return proptest.Backends(t, names...)
 }

@@ -20,13 +20,11 @@ import (
 )
 
 // resetPeekBackends are the stores the key operations' properties run on: memory,
-// miniredis and, under ./test.sh, the real redis-server and the real
-// 3-master Redis Cluster.
+// miniredis and, under ./test.sh, the real servers and 3-master clusters of
+// Redis and Valkey (proptest.RealNames).
 func resetPeekBackends(t *testing.T) []proptest.Backend {
 	names := []string{"memory", "miniredis"}
-	if redistest.HaveReal(t) {
-		names = append(names, "redis", "cluster")
-	}
+	names = append(names, proptest.RealNames(t)...)
 	return proptest.Backends(t, names...)
 }
 

@@ -21,12 +21,11 @@ import (
 )
 
 // tierBackends are the stores the tier properties run on: memory,
-// miniredis and, under ./test.sh, the real redis-server and the Cluster.
+// miniredis and, under ./test.sh, the real servers and clusters of Redis and
+// Valkey (proptest.RealNames).
 func tierBackends(t *testing.T) []proptest.Backend {
 	names := []string{"memory", "miniredis"}
-	if redistest.HaveReal(t) {
-		names = append(names, "redis", "cluster")
-	}
+	names = append(names, proptest.RealNames(t)...)
 	return proptest.Backends(t, names...)
 }
 

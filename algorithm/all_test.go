@@ -14,7 +14,6 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
-	"github.com/fleetlimit/fleetlimit/internal/redistest"
 )
 
 // TestPropertyAllTwinAgreement: a composite's Go rule (store.Memory) and
@@ -24,9 +23,7 @@ import (
 func TestPropertyAllTwinAgreement(t *testing.T) {
 	mem := proptest.Memory(t)
 	names := []string{"miniredis"}
-	if redistest.HaveReal(t) {
-		names = append(names, "redis", "cluster")
-	}
+	names = append(names, proptest.RealNames(t)...)
 	for _, b := range proptest.Backends(t, names...) {
 		t.Run(b.Name, func(t *testing.T) {
 			g := proptest.WithRefunds(proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.AllCase(b, r) }, true))
@@ -47,9 +44,7 @@ func TestPropertyAllTwinAgreement(t *testing.T) {
 // a member that would have admitted a denied request).
 func TestPropertyAllIsIntersection(t *testing.T) {
 	names := []string{"memory", "miniredis"}
-	if redistest.HaveReal(t) {
-		names = append(names, "redis", "cluster")
-	}
+	names = append(names, proptest.RealNames(t)...)
 	for _, b := range proptest.Backends(t, names...) {
 		t.Run(b.Name, func(t *testing.T) {
 			model := proptest.Memory(t)

@@ -14,17 +14,14 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
-	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
-// penaltyBackends: memory, miniredis and, under ./test.sh, the real server
-// and the Cluster.
+// penaltyBackends: memory, miniredis and, under ./test.sh, the real servers
+// and clusters of Redis and Valkey (proptest.RealNames).
 func penaltyBackends(t *testing.T) []proptest.Backend {
 	names := []string{"memory", "miniredis"}
-	if redistest.HaveReal(t) {
-		names = append(names, "redis", "cluster")
-	}
+	names = append(names, proptest.RealNames(t)...)
 	return proptest.Backends(t, names...)
 }
 

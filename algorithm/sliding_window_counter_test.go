@@ -523,13 +523,16 @@ func twinBackends(t *testing.T) []twinBackend {
 	if redistest.HaveReal(t) {
 		bs = append(bs, twinBackend{name: "redis", client: redistest.Real(t), minWindow: time.Minute, cases: 200})
 	}
+	if redistest.HaveValkey(t) {
+		bs = append(bs, twinBackend{name: "valkey", client: redistest.Valkey(t), minWindow: time.Minute, cases: 100})
+	}
 	return bs
 }
 
 var swcValue = regexp.MustCompile(`^[0-9]+:[0-9]+:[0-9]+$`)
 
 // The Lua twin run by store.Redis, on miniredis and on the real
-// redis-server, returns the Go rule's decision on random timelines over two
+// redis-server and valkey-server, returns the Go rule's decision on random timelines over two
 // keys, sorted or not, including limits and windows whose products pass
 // 2^53; each admission leaves "<index>:<prev>:<cur>" with a TTL of
 // ResetAfter rounded up to a millisecond.

@@ -11,6 +11,7 @@ import (
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -27,7 +28,11 @@ import (
 // made in the other fails here.
 func TestPropertyTwinAgreement(t *testing.T) {
 	mem := proptest.Memory(t)
-	bs := proptest.Backends(t, "miniredis", "redis")
+	names := []string{"miniredis", "redis"}
+	if redistest.HaveValkey(t) {
+		names = append(names, "valkey")
+	}
+	bs := proptest.Backends(t, names...)
 	for _, e := range proptest.RegistryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, b := range bs {

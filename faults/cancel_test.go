@@ -103,11 +103,15 @@ func TestContextCancelled(t *testing.T) {
 }
 
 // 16 workers cancel their calls at random moments (before, during, after
-// the round trip) on 30 keys of every algorithm, on the real server and the
-// cluster: every error is context.Canceled, and afterwards every key has a
+// the round trip) on 30 keys of every algorithm, on the real servers and
+// clusters (Redis, and Valkey when named): every error is context.Canceled, and afterwards every key has a
 // TTL.
 func TestRandomCancellationLeavesNoImmortalKeys(t *testing.T) {
-	for name, c := range map[string]redis.UniversalClient{"redis": redistest.Real(t), "cluster": redistest.Cluster(t)} {
+	servers := map[string]redis.UniversalClient{"redis": redistest.Real(t), "cluster": redistest.Cluster(t)}
+	if redistest.HaveValkey(t) {
+		servers["valkey"], servers["valkey-cluster"] = redistest.Valkey(t), redistest.ValkeyCluster(t)
+	}
+	for name, c := range servers {
 		prefix := redistest.Prefix()
 		st := redisStore(t, c)
 		var ls []*fleetlimit.Limiter

@@ -64,13 +64,28 @@ func redisStore(t testing.TB, c redis.UniversalClient) *store.Redis {
 }
 
 // backends returns a fresh client for each Redis the suite runs on:
-// miniredis, the shared real redis-server and the real cluster.
+// miniredis, the shared real redis-server and the real cluster, and the
+// shared Valkey and Valkey Cluster when the environment names them.
 func backends(t testing.TB) map[string]redis.UniversalClient {
 	_, mini := redistest.Mini(t)
-	return map[string]redis.UniversalClient{
+	all := map[string]redis.UniversalClient{
 		"miniredis": mini,
 		"redis":     redistest.Real(t),
 		"cluster":   redistest.Cluster(t),
+	}
+	if redistest.HaveValkey(t) {
+		all["valkey"] = redistest.Valkey(t)
+		all["valkey-cluster"] = redistest.ValkeyCluster(t)
+	}
+	return all
+}
+
+// eachServer runs f as a subtest per server program (redistest.Binaries:
+// redis-server, valkey-server), for the tests that start servers of their
+// own.
+func eachServer(t *testing.T, f func(t *testing.T, bin string)) {
+	for _, bin := range redistest.Binaries {
+		t.Run(bin, func(t *testing.T) { f(t, bin) })
 	}
 }
 

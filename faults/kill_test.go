@@ -41,13 +41,15 @@ type stamped struct {
 // ErrStoreUnavailable, within the timeout; once it is back every worker
 // decides without error again on its own (same clients, no intervention);
 // no call panics or hangs; and once the clients are closed no goroutine is
-// left behind (goleak).
+// left behind (goleak). On redis-server and on valkey-server.
 func TestRedisKilledAndRestarted(t *testing.T) {
-	srv := redistest.StartServer(t)
-	ignore := goleak.IgnoreCurrent()
-	runKillRestart(t, srv)
-	srv.Kill() // its process-waiting goroutine belongs to the server
-	verifyNoLeaks(t, ignore)
+	eachServer(t, func(t *testing.T, bin string) {
+		srv := redistest.StartServerOf(t, bin)
+		ignore := goleak.IgnoreCurrent()
+		runKillRestart(t, srv)
+		srv.Kill() // its process-waiting goroutine belongs to the server
+		verifyNoLeaks(t, ignore)
+	})
 }
 
 // verifyNoLeaks fails the test if goroutines other than those ignored are

@@ -34,9 +34,13 @@ var junk = strings.Repeat("j", 8<<10)
 // is still denied exactly, with no error (a denial writes nothing, or only
 // removes expired units). Nothing grows: not the number of keys, not a
 // sliding log's members, not the memory the limiter's keys use. Lifting
-// the cap restores every decision.
+// the cap restores every decision. On redis-server and on valkey-server.
 func TestMaxmemoryNoEviction(t *testing.T) {
-	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction")
+	eachServer(t, testMaxmemoryNoEviction)
+}
+
+func testMaxmemoryNoEviction(t *testing.T, bin string) {
+	srv := redistest.StartServerOf(t, bin, "--maxmemory-policy", "noeviction")
 	admin := srv.Client()
 	st := redisStore(t, srv.Client())
 	p := redistest.Prefix()

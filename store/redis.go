@@ -52,8 +52,9 @@ type Redis struct {
 	client  redis.UniversalClient
 	bounded bool // client honours context deadlines
 	closed  atomic.Bool
-	combine *combiner // nil: every decision its own round trip
-	shards  shards    // per Cluster master or Ring shard: see shard.go
+	combine *combiner   // nil: every decision its own round trip
+	shards  shards      // per Cluster master or Ring shard: see shard.go
+	dials   *dialErrors // the client's failing dials; nil for a client of another kind
 }
 
 // RedisOption configures NewRedis.
@@ -94,12 +95,21 @@ func WithMaxInFlight(n int) RedisOption {
 // ContextTimeoutEnabled: such a client ignores context deadlines, so a hung
 // Redis would hold every caller for its socket timeouts (3s by default)
 // instead of the limiter's timeout.
+//
+// On a go-redis client NewRedis installs a hook (redis.Hook) that watches
+// dials and nothing else: it remembers the error of each address's last
+// failed dial, so that a decision that times out while no connection can be
+// opened wraps the cause ("connection refused", "no such host", a TLS
+// handshake's error) instead of only the deadline. On a Cluster or Ring
+// client it reaches the node clients created after NewRedis, which is every
+// node when the store is built before the client's first command. Each
+// NewRedis adds one hook: build one store per client.
 func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 	bounded, err := honoursDeadlines(client)
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{client: client, bounded: bounded}
+	r := &Redis{client: client, bounded: bounded, dials: watchDials(client)}
 	r.combine = &combiner{r: r, maxInFlight: DefaultMaxInFlight}
 	for _, o := range opts {
 		o.applyRedis(r)
@@ -253,9 +263,12 @@ func redisKeys(req Request, script *algorithm.Script) []string {
 }
 
 // failed is the error of a call on key that failed with err: err classed by
-// redisError, and named as the deadline's when ctx is done. An error that
-// is not a rejection of this request asks a Cluster client to reload its
-// slot map (followTopology).
+// redisError, and named as the deadline's when ctx is done. When the
+// deadline struck while dials are failing, it wraps their errors too
+// (dialErrors), so that errors.Is(err, syscall.ECONNREFUSED) holds for a
+// server that refuses connections. An error that is not a rejection of
+// this request asks a Cluster client to reload its slot map
+// (followTopology).
 func (r *Redis) failed(ctx context.Context, key string, err error) error {
 	err = r.classed(ctx, key, err)
 	if !errors.Is(err, ErrRejected) {
@@ -272,9 +285,11 @@ func (r *Redis) classed(ctx context.Context, key string, err error) error {
 			// read as the socket's i/o timeout; say which deadline it was.
 			err = fmt.Errorf("%w: %w", ctxErr, err)
 		}
-		if r.client.PoolStats().TotalConns == 0 {
-			// go-redis retries a failing dial until the deadline, which
-			// then hides the cause: say what is known.
+		// go-redis retries a failing dial until the deadline, which then
+		// hides the cause: give the dial's own error when one is known.
+		if dialErr := r.dials.failing(); dialErr != nil {
+			err = fmt.Errorf("%w (dialing Redis fails: %w)", err, dialErr)
+		} else if r.client.PoolStats().TotalConns == 0 {
 			err = fmt.Errorf("%w (no connection to Redis is open: wrong address or server down? Redis.Ping names the cause)", err)
 		}
 	}

@@ -10,6 +10,9 @@
 //	go run ./cmd/compare -cluster host1:7000,host2:7001
 //	go run ./cmd/compare -format markdown -svg docs/compare.svg
 //
+// -redis and -cluster take Valkey as well: the report names the server it
+// measured, Redis or Valkey, with the version the server reports.
+//
 // With no -redis or -cluster, compare starts a throwaway redis-server (the
 // binary on the PATH) on a free loopback port and stops it at the end, so
 // that memory, Redis commands and latency are measured; with no redis-server
@@ -61,8 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		redisAddr = fs.String("redis", "", "address (host:port) of a real redis-server to measure, instead of the embedded miniredis")
-		clusterTo = fs.String("cluster", "", "comma-separated seed addresses of a Redis Cluster to measure")
+		redisAddr = fs.String("redis", "", "address (host:port) of a real redis-server or valkey-server to measure, instead of the embedded miniredis")
+		clusterTo = fs.String("cluster", "", "comma-separated seed addresses of a Redis (or Valkey) Cluster to measure")
 		embedded  = fs.Bool("embedded", false, "run on an embedded miniredis even when redis-server is installed (memory estimated, no commands or latency)")
 		format    = fs.String("format", "text", "output format: "+strings.Join(compare.Formats, ", "))
 		svgFile   = fs.String("svg", "", "also write a chart of admissions over time (boundary burst and fleet) to this SVG file")

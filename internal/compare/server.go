@@ -47,7 +47,8 @@ type Server struct {
 	mini    *miniredis.Miniredis
 	addrs   []string
 	admin   redis.UniversalClient
-	version string // redis_version from INFO server, when known
+	product string // "Redis" or "Valkey", from INFO server (Redis when unknown)
+	version string // the product's version from INFO server, when known
 
 	proc       *exec.Cmd     // the throwaway redis-server Local started, or nil
 	procExited chan struct{} // closed when proc has exited
@@ -185,34 +186,51 @@ func (s *Server) connect(ctx context.Context) (*Server, error) {
 	// The version only labels the report: a server that hides INFO still
 	// gets measured as far as it allows.
 	if text, err := s.admin.Info(ctx, "server").Result(); err == nil {
-		for line := range strings.SplitSeq(text, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-				s.version = v
-				break
-			}
-		}
+		s.product, s.version = parseServer(text)
 	}
 	return s, nil
+}
+
+// parseServer reads which server INFO server describes, and its version:
+// Valkey says server_name:valkey and valkey_version beside a redis_version
+// it keeps for clients' sake (7.2.4 on Valkey 8); Redis says only
+// redis_version. The product is "Redis" unless the text names Valkey.
+func parseServer(text string) (product, version string) {
+	fields := map[string]string{}
+	for line := range strings.SplitSeq(text, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	if fields["server_name"] == "valkey" || fields["valkey_version"] != "" {
+		return "Valkey", fields["valkey_version"]
+	}
+	return "Redis", fields["redis_version"]
 }
 
 // Embedded reports whether this is the in-process miniredis.
 func (s *Server) Embedded() bool { return s.kind == embedded }
 
-// String describes the server for reports.
+// String describes the server for reports: the product (Redis or Valkey)
+// and its version, as the server reports them.
 func (s *Server) String() string {
 	version := ""
 	if s.version != "" {
 		version = " " + s.version
 	}
+	product, program := "Redis", "redis-server"
+	if s.product == "Valkey" {
+		product, program = "Valkey", "valkey-server"
+	}
 	switch {
 	case s.kind == embedded:
 		return "embedded miniredis"
 	case s.proc != nil:
-		return "a throwaway redis-server" + version + " on " + s.addrs[0] + ", started for this run and stopped after it"
+		return "a throwaway " + program + version + " on " + s.addrs[0] + ", started for this run and stopped after it"
 	case s.kind == cluster:
-		return "Redis Cluster" + version + " at " + strings.Join(s.addrs, ",")
+		return product + " Cluster" + version + " at " + strings.Join(s.addrs, ",")
 	}
-	return "redis-server" + version + " at " + s.addrs[0]
+	return program + version + " at " + s.addrs[0]
 }
 
 // NewClient returns a new client with its own connection pool, with context

@@ -103,19 +103,54 @@ func TestUnreachableServer(t *testing.T) {
 	}
 }
 
-// TestRealAccounting checks the measurements against the real server: a
+// The server is named from INFO server: Valkey by server_name and
+// valkey_version, not by the redis_version it reports beside them.
+func TestParseServer(t *testing.T) {
+	for _, c := range []struct{ text, product, version string }{
+		{"# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n", "Redis", "7.0.15"},
+		{"# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n", "Valkey", "8.0.1"},
+		{"", "Redis", ""},
+	} {
+		if p, v := parseServer(c.text); p != c.product || v != c.version {
+			t.Errorf("parseServer(%q) = %q, %q; want %q, %q", c.text, p, v, c.product, c.version)
+		}
+	}
+}
+
+// TestRealAccounting checks the measurements against the real servers
+// (redis-server, valkey-server): the report names each with its version, a
 // script's inner commands are counted, MEMORY USAGE sees a key, and the
 // run's keys are removed.
 func TestRealAccounting(t *testing.T) {
+	type server struct{ addr, name string }
+	servers := map[string]server{"redis": {redistest.RealAddr(t), `^redis-server 7\.\d+\.\d+ at \S+$`}}
+	if redistest.HaveValkey(t) {
+		servers["valkey"] = server{redistest.ValkeyAddr(t), `^valkey-server 8\.\d+\.\d+ at \S+$`}
+	}
+	for product, srv := range servers {
+		t.Run(product, func(t *testing.T) { testRealAccounting(t, srv.addr, regexp.MustCompile(srv.name)) })
+	}
+	if redistest.HaveValkey(t) {
+		srv, err := Cluster(context.Background(), redistest.ValkeyClusterAddrs(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		if name := srv.String(); !regexp.MustCompile(`^Valkey Cluster 8\.\d+\.\d+ at \S+$`).MatchString(name) {
+			t.Errorf("Valkey Cluster named %q", name)
+		}
+	}
+}
+
+func testRealAccounting(t *testing.T, addr string, name *regexp.Regexp) {
 	ctx := context.Background()
-	srv, err := Standalone(ctx, redistest.RealAddr(t))
+	srv, err := Standalone(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	// The report names the server with its version.
-	if name := srv.String(); !regexp.MustCompile(`^redis-server \d+\.\d+\.\d+ at \S+$`).MatchString(name) {
-		t.Errorf("server named %q", name)
+	if got := srv.String(); !name.MatchString(got) {
+		t.Errorf("server named %q, want %v", got, name)
 	}
 	key := redistest.Prefix() + "k"
 	before, err := srv.snapshot(ctx)

@@ -35,18 +35,27 @@ const (
 	// clusterCases is fewer: three servers on a loaded machine, each case
 	// a round trip per request through the cluster client.
 	clusterCases = 100
+	// Valkey runs the same Lua as Redis: its cases check that the server
+	// runs it the same way, at half the count, to keep ./test.sh's time in
+	// proportion.
+	valkeyCases        = realCases / 2
+	valkeyClusterCases = clusterCases / 2
 )
 
 // Backends returns the stores to run on: "memory", "miniredis", "redis"
-// (the real server that ./test.sh starts), all three when none is named —
-// the real one only when the environment names it (redistest.HaveReal) —
-// and, only when named, "cluster" (the real 3-master Redis Cluster).
+// and "valkey" (the real servers that ./test.sh starts), all four when none
+// is named — the real ones only when the environment names them
+// (redistest.HaveReal, HaveValkey) — and, only when named, "cluster" and
+// "valkey-cluster" (the real 3-master clusters; see RealNames).
 func Backends(t *testing.T, names ...string) []Backend {
 	t.Helper()
 	if len(names) == 0 {
 		names = []string{"memory", "miniredis"}
 		if redistest.HaveReal(t) {
 			names = append(names, "redis")
+		}
+		if redistest.HaveValkey(t) {
+			names = append(names, "valkey")
 		}
 	}
 	var bs []Backend
@@ -63,11 +72,33 @@ func Backends(t *testing.T, names ...string) []Backend {
 		case "cluster":
 			c := redistest.Cluster(t)
 			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: clusterCases})
+		case "valkey":
+			c := redistest.Valkey(t)
+			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: valkeyCases})
+		case "valkey-cluster":
+			c := redistest.ValkeyCluster(t)
+			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: valkeyClusterCases})
 		default:
 			t.Fatalf("unknown backend %q", name)
 		}
 	}
 	return bs
+}
+
+// RealNames are the names of the real servers the environment names, for
+// Backends: "redis" and "cluster" when redistest.HaveReal, "valkey" and
+// "valkey-cluster" when redistest.HaveValkey (under RequireEnv a missing one
+// fails the test).
+func RealNames(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	if redistest.HaveReal(t) {
+		names = append(names, "redis", "cluster")
+	}
+	if redistest.HaveValkey(t) {
+		names = append(names, "valkey", "valkey-cluster")
+	}
+	return names
 }
 
 // Memory returns a Memory store for the whole test. Its sweeper is kept

@@ -15,18 +15,34 @@ import (
 // Cluster's master addresses, comma-separated, as ./test.sh exports them.
 const ClusterAddrsEnv = "FLEETLIMIT_REDIS_CLUSTER_ADDRS"
 
-// ClusterAddrs returns the real cluster's master addresses; when the
+// ValkeyClusterAddrsEnv names the environment variable holding the real
+// Valkey Cluster's master addresses, as ClusterAddrsEnv does for Redis.
+const ValkeyClusterAddrsEnv = "FLEETLIMIT_VALKEY_CLUSTER_ADDRS"
+
+// ClusterAddrs returns the real Redis Cluster's master addresses; when the
 // environment does not name them the test skips (fails under RequireEnv).
 func ClusterAddrs(t testing.TB) []string {
 	t.Helper()
+	return clusterAddrs(t, ClusterAddrsEnv, "Redis")
+}
+
+// ValkeyClusterAddrs returns the real Valkey Cluster's master addresses, as
+// ClusterAddrs does for Redis.
+func ValkeyClusterAddrs(t testing.TB) []string {
+	t.Helper()
+	return clusterAddrs(t, ValkeyClusterAddrsEnv, "Valkey")
+}
+
+func clusterAddrs(t testing.TB, env, server string) []string {
+	t.Helper()
 	var addrs []string
-	for a := range strings.SplitSeq(os.Getenv(ClusterAddrsEnv), ",") {
+	for a := range strings.SplitSeq(os.Getenv(env), ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			addrs = append(addrs, a)
 		}
 	}
 	if len(addrs) == 0 {
-		missing(t, "%s is not set: run ./test.sh, which starts a throwaway 3-master Redis Cluster", ClusterAddrsEnv)
+		missing(t, "%s is not set: run ./test.sh, which starts a throwaway 3-master %s Cluster", env, server)
 	}
 	return addrs
 }
@@ -39,7 +55,19 @@ func ClusterAddrs(t testing.TB) []string {
 // give every key a Prefix of its own rather than flushing.
 func Cluster(t testing.TB, opts ...func(*redis.ClusterOptions)) *redis.ClusterClient {
 	t.Helper()
-	o := &redis.ClusterOptions{Addrs: ClusterAddrs(t), ContextTimeoutEnabled: true}
+	return cluster(t, ClusterAddrs(t), opts)
+}
+
+// ValkeyCluster returns a new client for the real Valkey Cluster, as Cluster
+// does for Redis.
+func ValkeyCluster(t testing.TB, opts ...func(*redis.ClusterOptions)) *redis.ClusterClient {
+	t.Helper()
+	return cluster(t, ValkeyClusterAddrs(t), opts)
+}
+
+func cluster(t testing.TB, addrs []string, opts []func(*redis.ClusterOptions)) *redis.ClusterClient {
+	t.Helper()
+	o := &redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}
 	for _, f := range opts {
 		f(o)
 	}
@@ -51,7 +79,7 @@ func Cluster(t testing.TB, opts ...func(*redis.ClusterOptions)) *redis.ClusterCl
 		return shard.Ping(ctx).Err()
 	})
 	if err != nil {
-		t.Fatalf("real redis cluster at %v: %v", o.Addrs, err)
+		t.Fatalf("real cluster at %v: %v", o.Addrs, err)
 	}
 	return c
 }

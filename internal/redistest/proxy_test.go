@@ -66,16 +66,25 @@ func timedOut(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
-// Cluster reaches every master of the real cluster, and keys spread over
-// them.
+// Cluster and ValkeyCluster reach every master of the real clusters, and
+// keys spread over them.
 func TestCluster(t *testing.T) {
 	ctx := context.Background()
-	addrs := redistest.ClusterAddrs(t)
-	require.GreaterOrEqual(t, len(addrs), 3)
-	c := redistest.Cluster(t)
-	p := redistest.Prefix()
-	for i := range 64 {
-		require.NoError(t, c.Set(ctx, p+string(rune('a'+i%26))+string(rune('a'+i/26)), "v", time.Minute).Err())
+	for name, open := range map[string]struct {
+		addrs  func(testing.TB) []string
+		client func(testing.TB, ...func(*redis.ClusterOptions)) *redis.ClusterClient
+	}{
+		"redis":  {redistest.ClusterAddrs, redistest.Cluster},
+		"valkey": {redistest.ValkeyClusterAddrs, redistest.ValkeyCluster},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.GreaterOrEqual(t, len(open.addrs(t)), 3)
+			c := open.client(t)
+			p := redistest.Prefix()
+			for i := range 64 {
+				require.NoError(t, c.Set(ctx, p+string(rune('a'+i%26))+string(rune('a'+i/26)), "v", time.Minute).Err())
+			}
+			require.Len(t, redistest.KeysByNode(t, c, p+"*"), 3, "64 keys land on every one of 3 masters")
+		})
 	}
-	require.Len(t, redistest.KeysByNode(t, c, p+"*"), 3, "64 keys land on every one of 3 masters")
 }

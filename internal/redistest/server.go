@@ -12,12 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Server is a redis-server process owned by one test, for faults the shared
-// server must not suffer: kill it, restart it, reconfigure it. It listens on
-// a loopback port that stays the same across restarts.
+// Server is a redis-server (or valkey-server) process owned by one test, for
+// faults the shared server must not suffer: kill it, restart it, reconfigure
+// it. It listens on a loopback port that stays the same across restarts.
 type Server struct {
 	t    testing.TB
 	Addr string
+	bin  string // redis-server or valkey-server
 	port int
 	dir  string
 	args []string
@@ -25,16 +26,26 @@ type Server struct {
 	done chan struct{}
 }
 
+// Binaries are the server programs a Server runs: redis-server and
+// valkey-server, which take the same arguments.
+var Binaries = []string{"redis-server", "valkey-server"}
+
 // StartServer starts a redis-server with no persistence and the extra
 // arguments given (e.g. "--maxmemory", "1mb"), and stops it when the test
 // ends. When redis-server is not installed the test skips (fails under
 // RequireEnv).
 func StartServer(t testing.TB, args ...string) *Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		missing(t, "redis-server is not installed: run ./test.sh, which installs it")
+	return StartServerOf(t, "redis-server", args...)
+}
+
+// StartServerOf is StartServer with the program bin (one of Binaries).
+func StartServerOf(t testing.TB, bin string, args ...string) *Server {
+	t.Helper()
+	if _, err := exec.LookPath(bin); err != nil {
+		missing(t, "%s is not installed: run ./test.sh, which installs it", bin)
 	}
-	s := &Server{t: t, dir: t.TempDir(), args: args}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	t.Cleanup(s.Kill)
 	// The port is free when chosen but may be taken before redis-server
 	// binds it (by another test's server): then try another.
@@ -65,12 +76,12 @@ func (s *Server) Start() {
 
 func (s *Server) start() error {
 	if s.cmd != nil {
-		return fmt.Errorf("redis-server on %s is already running", s.Addr)
+		return fmt.Errorf("%s on %s is already running", s.bin, s.Addr)
 	}
 	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir}, s.args...)
-	cmd := exec.Command("redis-server", args...)
+	cmd := exec.Command(s.bin, args...)
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
+		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
 	s.cmd, s.done = cmd, make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
@@ -87,17 +98,17 @@ func (s *Server) start() error {
 			}
 			// Another test's server answers on this port: ours lost the race.
 			s.Kill()
-			return fmt.Errorf("port %d is taken by another redis-server (dir %q)", s.port, dir["dir"])
+			return fmt.Errorf("port %d is taken by another server (dir %q)", s.port, dir["dir"])
 		}
 		select {
 		case <-s.done:
 			s.cmd = nil
-			return fmt.Errorf("redis-server on %s exited at start (port taken?)", s.Addr)
+			return fmt.Errorf("%s on %s exited at start (port taken?)", s.bin, s.Addr)
 		default:
 		}
 		if time.Now().After(deadline) {
 			s.Kill()
-			return fmt.Errorf("redis-server on %s did not answer: %v", s.Addr, err)
+			return fmt.Errorf("%s on %s did not answer: %v", s.bin, s.Addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

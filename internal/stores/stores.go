@@ -32,8 +32,9 @@ func Memory(t testing.TB, opts ...store.MemoryOption) *store.Memory {
 }
 
 // All returns a fresh store of every kind a limiter is tested on: memory,
-// miniredis and, when the environment names one, the real redis-server
-// (see redistest.HaveReal).
+// miniredis and, when the environment names them, the real redis-server
+// ("redis", see redistest.HaveReal) and valkey-server ("valkey",
+// redistest.HaveValkey).
 func All(t testing.TB) map[string]store.Store {
 	t.Helper()
 	_, mini := redistest.Mini(t)
@@ -43,6 +44,9 @@ func All(t testing.TB) map[string]store.Store {
 	}
 	if redistest.HaveReal(t) {
 		all["redis"] = Redis(t, redistest.Real(t))
+	}
+	if redistest.HaveValkey(t) {
+		all["valkey"] = Redis(t, redistest.Valkey(t))
 	}
 	return all
 }
