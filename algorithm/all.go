@@ -147,6 +147,9 @@ func (s *all) validate() error {
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("%s: member %d: %w", algo, i, err)
 		}
+		if _, ok := m.(Holder); ok {
+			return fmt.Errorf("%s: member %d (%s) holds permits, which a composite cannot (use a Limiter of its own for the concurrency limit beside the composite's): %w", algo, i, m.Name(), ErrInvalidStrategy)
+		}
 		if _, ok := m.(Replier); ok {
 			return fmt.Errorf("%s: member %d (%s) is itself a composite or has a penalty box; list plain strategies and put a penalty around the whole: %w", algo, i, m.Name(), ErrInvalidStrategy)
 		}
