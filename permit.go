@@ -36,10 +36,10 @@ type holdModes struct {
 // for a key whose slots a release frees at any time (WithDenialCache), and
 // a penalty box.
 func (l *Limiter) buildHoldModes() error {
-	if _, ok := rule.Inner(l.rule).(algorithm.Holder); !ok {
+	if !algorithm.Holds(rule.Inner(l.rule)) {
 		return nil
 	}
-	if _, ok := l.rule.(algorithm.Holder); !ok {
+	if !algorithm.Holds(l.rule) {
 		return fmt.Errorf("%w: strategy %s: a concurrency limit cannot be in a penalty box (WithPenalty, algorithm.Penalize)", ErrInvalidConfig, l.rule.Name())
 	}
 	if l.denials != nil {
@@ -94,9 +94,13 @@ func (p Permit) Key() string { return p.key }
 // Acquire takes a slot of key's concurrency limit for the caller, if one
 // is free: at most the strategy's limit permits are held at once per key
 // by every limiter sharing the store (the instances of a fleet). The
-// limiter's strategy must be an algorithm.Concurrency, or a tier of it
-// (WithStrategyFor), and its store a store.Holder (Memory and Redis are);
-// otherwise the error wraps errors.ErrUnsupported.
+// limiter's strategy must hold permits (algorithm.Holds): an
+// algorithm.Concurrency, or a composite with one beside rate limits
+// (algorithm.All: the acquire is admitted only if every member admits it,
+// charges the rate members 1 and takes the slot, in one atomic step; the
+// permit's Release and Renew touch the slot only), with tiers of it
+// (WithStrategyFor); and its store a store.Holder (Memory and Redis are).
+// Otherwise the error wraps errors.ErrUnsupported.
 //
 // Admitted (Result.Allowed), the caller holds the returned Permit until it
 // calls Release — defer it — or until the permit expires ttl after it was

@@ -56,12 +56,27 @@ type permitCase struct {
 	K     int
 	Limit int64
 	TTL   time.Duration
-	Steps []permitStep
+	// Rate > 0: the strategy is All(TokenBucket(Rate, TTL, Burst),
+	// Concurrency(Limit, TTL)), a rate limit beside the concurrency limit.
+	Rate, Burst int64
+	Steps       []permitStep
+}
+
+// strategy is the case's strategy.
+func (c permitCase) strategy() algorithm.Strategy {
+	cc := algorithm.Concurrency(c.Limit, c.TTL)
+	if c.Rate == 0 {
+		return cc
+	}
+	return algorithm.All(algorithm.TokenBucket(c.Rate, c.TTL, c.Burst), cc)
 }
 
 func (c permitCase) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "K=%d, Concurrency(%d, %v):", c.K, c.Limit, c.TTL)
+	fmt.Fprintf(&b, "K=%d, %s:", c.K, c.strategy().Name())
+	if c.Rate > 0 {
+		fmt.Fprintf(&b, " rate %d per %v, burst %d, limit %d", c.Rate, c.TTL, c.Burst, c.Limit)
+	}
 	for i, s := range c.Steps {
 		if s.Kind == stepClock {
 			fmt.Fprintf(&b, "\n  %d clock +%v", i, s.Dt)
@@ -77,10 +92,16 @@ func (c permitCase) String() string {
 // a permit's possible expiry (a multiple of the grain), so expiry edges are
 // hit. On the real servers the ttl is minutes and steps whole seconds
 // (keys expire there in real time).
-func permitGen(real bool) gopter.Gen {
+//
+// With rated, the case has a token bucket of 1 to 6 per ttl beside it
+// (on the real servers a token then takes at least 10s).
+func permitGen(real, rated bool) gopter.Gen {
 	return func(p *gopter.GenParameters) *gopter.GenResult {
 		r := p.Rng
 		c := permitCase{K: 1 + r.Intn(16), Limit: 1 + r.Int63n(6)}
+		if rated {
+			c.Rate, c.Burst = 1+r.Int63n(6), 1+r.Int63n(6)
+		}
 		grain := time.Microsecond
 		c.TTL = time.Duration(1+r.Int63n(5000)) * time.Millisecond
 		if real {
@@ -184,6 +205,7 @@ const (
 	boundHolds      guarantee = 1 // permits held and unexpired <= limit
 	expiresExactly  guarantee = 2 // a slot frees exactly ttl after the last acquire or renew
 	touchesOwnOnly  guarantee = 3 // Release and Renew touch only their own permit
+	rateBoundHolds  guarantee = 4 // composed with All, the rate member's bound holds
 	allGuaranteesOf           = 0
 )
 
@@ -205,13 +227,15 @@ func checkPermits(b permitBackend, c permitCase, g guarantee) (string, error) {
 		if !b.storeClock {
 			opts = append(opts, fleetlimit.WithClock(clock.Now))
 		}
-		lim, err := fleetlimit.New(algorithm.Concurrency(c.Limit, c.TTL), b.Store, opts...)
+		lim, err := fleetlimit.New(c.strategy(), b.Store, opts...)
 		if err != nil {
 			return "", err
 		}
 		lims[i] = lim
 	}
 	led := &ledger{holding: make([][]*ledgerPermit, c.K)}
+	admitted := map[string][]time.Time{} // each key's admitted acquires, in order
+	exact := c.Rate == 0                 // the ledger knows every denial: no rate member
 	for i, s := range c.Steps {
 		now := clock.Now()
 		where := fmt.Sprintf("step %d (+%v) instance %d %s %s", i, now.Sub(start), s.Inst, s.Kind, s.Key)
@@ -227,7 +251,7 @@ func checkPermits(b permitBackend, c permitCase, g guarantee) (string, error) {
 				return "", fmt.Errorf("%s: %w", where, err)
 			}
 			free := int64(len(exps)) < c.Limit
-			if g == expiresExactly || g == allGuaranteesOf {
+			if exact && (g == expiresExactly || g == allGuaranteesOf) {
 				switch {
 				case res.Allowed != free:
 					return fmt.Sprintf("guarantee 2: %s: allowed %v with %d of %d slots held by the ledger (expiries %v)", where, res.Allowed, len(exps), c.Limit, exps), nil
@@ -236,6 +260,7 @@ func checkPermits(b permitBackend, c permitCase, g guarantee) (string, error) {
 				}
 			}
 			if res.Allowed {
+				admitted[s.Key] = append(admitted[s.Key], now)
 				lp := &ledgerPermit{p: p, key: s.Key, exp: now.Add(c.TTL)}
 				led.permits = append(led.permits, lp)
 				led.holding[s.Inst] = append(led.holding[s.Inst], lp)
@@ -259,13 +284,15 @@ func checkPermits(b permitBackend, c permitCase, g guarantee) (string, error) {
 					return "", fmt.Errorf("%s: %w", where, err)
 				}
 				if (g == expiresExactly || g == allGuaranteesOf) && (err == nil) != alive {
+					// (A renew goes to the concurrency member only, so
+					// this holds beside a rate member too.)
 					return fmt.Sprintf("guarantee 2: %s: Renew = %v of a permit the ledger has expiring at +%v", where, err, lp.exp.Sub(start)), nil
 				}
 				if err == nil {
 					lp.exp, lp.released = now.Add(c.TTL), false
 				}
 			}
-			if g == touchesOwnOnly || g == allGuaranteesOf {
+			if exact && (g == touchesOwnOnly || g == allGuaranteesOf) {
 				for _, key := range []string{"k0", "k1"} {
 					if msg, err := sameAsLedger(ctx, lims[s.Inst], led, key, now, c.Limit); msg != "" || err != nil {
 						return "guarantee 3: " + where + ": " + msg, err
@@ -282,7 +309,30 @@ func checkPermits(b permitBackend, c permitCase, g guarantee) (string, error) {
 			}
 		}
 	}
+	if c.Rate > 0 && (g == rateBoundHolds || g == allGuaranteesOf) {
+		for key, ts := range admitted {
+			if msg := tokenBucketBound(ts, c.Rate, c.TTL, c.Burst); msg != "" {
+				return "guarantee 4: " + key + ": " + msg, nil
+			}
+		}
+	}
 	return "", nil
+}
+
+// tokenBucketBound reports an interval [ts[i], ts[j]] that admitted more
+// than burst + rate·d/per acquires (each of cost 1), in exact integer
+// arithmetic in microseconds; "" when none did.
+func tokenBucketBound(ts []time.Time, rate int64, per time.Duration, burst int64) string {
+	p := per.Microseconds()
+	for i := range ts {
+		for j := i; j < len(ts); j++ {
+			count, d := int64(j-i+1), ts[j].Sub(ts[i]).Microseconds()
+			if count*p > burst*p+rate*d {
+				return fmt.Sprintf("%d admitted in [+0, +%v], above burst %d + %d per %v", count, ts[j].Sub(ts[i]), burst, rate, per)
+			}
+		}
+	}
+	return ""
 }
 
 // sameAsLedger reports how the store's view of key at now, by a Peek of
@@ -308,13 +358,14 @@ func sameAsLedger(ctx context.Context, lim *fleetlimit.Limiter, led *ledger, key
 	return "", nil
 }
 
-// runPermitProperty checks guarantee g on every backend.
-func runPermitProperty(t *testing.T, g guarantee) {
+// runPermitProperty checks guarantee g on every backend, with a rate
+// member beside the concurrency limit when rated.
+func runPermitProperty(t *testing.T, g guarantee, rated bool) {
 	for _, b := range permitBackends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			proptest.Check(t, permitCases(b), prop.ForAll(func(c permitCase) (string, error) {
 				return checkPermits(b, c, g)
-			}, permitGen(b.Real)))
+			}, permitGen(b.Real, rated)))
 		})
 	}
 }
@@ -322,7 +373,7 @@ func runPermitProperty(t *testing.T, g guarantee) {
 // TestPropertyPermitBound, guarantee 1: at every instant the permits the
 // instances hold, unreleased and unexpired (a ttl after their last granted
 // acquire or renew), are at most the limit per key, fleet-wide.
-func TestPropertyPermitBound(t *testing.T) { runPermitProperty(t, boundHolds) }
+func TestPropertyPermitBound(t *testing.T) { runPermitProperty(t, boundHolds, false) }
 
 // TestPropertyPermitExpiry, guarantee 2: a slot frees exactly a ttl after
 // its permit's last acquire or renew, by the decision clock (the store's,
@@ -330,9 +381,16 @@ func TestPropertyPermitBound(t *testing.T) { runPermitProperty(t, boundHolds) }
 // ledger has a slot free at that instant, a denial's RetryAfter is the
 // earliest held permit's expiry, and a renew succeeds exactly while the
 // permit is held.
-func TestPropertyPermitExpiry(t *testing.T) { runPermitProperty(t, expiresExactly) }
+func TestPropertyPermitExpiry(t *testing.T) { runPermitProperty(t, expiresExactly, false) }
 
 // TestPropertyPermitOwnOnly, guarantee 3: after each Release and Renew the
 // store holds exactly the ledger's permits of both keys, with the ledger's
 // expiries: the call changed its own permit and no other.
-func TestPropertyPermitOwnOnly(t *testing.T) { runPermitProperty(t, touchesOwnOnly) }
+func TestPropertyPermitOwnOnly(t *testing.T) { runPermitProperty(t, touchesOwnOnly, false) }
+
+// TestPropertyPermitWithRate, guarantee 4: with a token bucket beside the
+// concurrency limit in one composite (algorithm.All), the admitted
+// acquires keep the bucket's bound — at most burst + rate·d/per in every
+// interval of length d — however many permits are released (a release
+// gives back the slot only), and guarantees 1 and 2's renewals still hold.
+func TestPropertyPermitWithRate(t *testing.T) { runPermitProperty(t, allGuaranteesOf, true) }

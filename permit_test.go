@@ -118,7 +118,8 @@ func TestAcquireRefusals(t *testing.T) {
 		{"denial cache", cc, []fleetlimit.Option{fleetlimit.WithDenialCache(10)}},
 		{"leases", cc, []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}},
 		{"penalty box", cc, []fleetlimit.Option{fleetlimit.WithPenalty(3, time.Minute, time.Minute, time.Hour)}},
-		{"composite", algorithm.All(algorithm.TokenBucket(10, time.Hour, 10), cc), nil},
+		{"composite in a penalty box", algorithm.All(algorithm.TokenBucket(10, time.Hour, 10), cc), []fleetlimit.Option{fleetlimit.WithPenalty(3, time.Minute, time.Minute, time.Hour)}},
+		{"two concurrency limits in a composite", algorithm.All(cc, algorithm.Concurrency(3, time.Minute)), nil},
 	} {
 		if _, err := fleetlimit.New(tc.s, mem, tc.opts...); !errors.Is(err, fleetlimit.ErrInvalidConfig) {
 			t.Errorf("%s: New = %v, want ErrInvalidConfig", tc.name, err)
@@ -170,7 +171,7 @@ func TestAcquireDuringOutage(t *testing.T) {
 	c := fakeclock.New(proptest.Epoch)
 	fb := stores.Memory(t, store.WithMemoryClock(c.Now))
 	lim := newHoldLimiter(t, st, c, 4, time.Minute, fleetlimit.WithFailurePolicy(fleetlimit.FailLocal),
-		fleetlimit.WithFallback(fb, 2), fleetlimit.WithTimeout(100*time.Millisecond), fleetlimit.WithoutBreaker())
+		fleetlimit.WithFallback(fb, 2), fleetlimit.WithTimeout(2*time.Second), fleetlimit.WithoutBreaker())
 
 	inRedis, res, err := lim.Acquire(ctx, "user")
 	if err != nil || !res.Allowed {

@@ -292,3 +292,14 @@ func (s *concurrency) Hold(state State, now time.Time, op PermitOp) (Decision, e
 	}
 	return d, nil
 }
+
+// Holds reports whether s holds permits: it is a Holder whose script
+// honours the permit modes (Script.Holds). Concurrency does, and so does a
+// composite (All) with a Concurrency member.
+func Holds(s Strategy) bool {
+	if _, ok := s.(Holder); !ok {
+		return false
+	}
+	sc := s.Script()
+	return sc != nil && sc.Holds
+}

@@ -99,7 +99,7 @@ func NewMiddleware(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (func(htt
 	}
 	m.policy, m.headers = a.Policy, a.Headers
 	if l != nil {
-		if _, m.holds = l.Strategy().(algorithm.Holder); m.holds && m.cost != nil {
+		if m.holds = algorithm.Holds(l.Strategy()); m.holds && m.cost != nil {
 			return nil, fmt.Errorf("httplimit: WithCost with the concurrency limit %s, whose request holds one permit: %w", l.Name(), fleetlimit.ErrInvalidConfig)
 		}
 	}

@@ -53,12 +53,12 @@ func (r *Redis) Hold(ctx context.Context, req Request) (algorithm.Decision, erro
 		return algorithm.Decision{}, err
 	}
 	script := req.Strategy.Script()
-	if script == nil || !script.Holds {
-		return algorithm.Decision{}, cannotHold(req.Strategy)
-	}
 	reply, err := r.eval(ctx, req, script, []any{req.Permit.ID, req.Permit.Kind.String()})
 	if err != nil {
 		return algorithm.Decision{}, err
+	}
+	if rp, ok := req.Strategy.(algorithm.Replier); ok {
+		return parseLongReply(reply, rp, req.N)
 	}
 	return parseReply(reply, req.Strategy.Limit())
 }
@@ -67,7 +67,7 @@ func (r *Redis) Hold(ctx context.Context, req Request) (algorithm.Decision, erro
 // a strategy that holds no permits or a request without a valid permit.
 func holderOf(req Request) (algorithm.Holder, error) {
 	h, ok := req.Strategy.(algorithm.Holder)
-	if !ok {
+	if !ok || !algorithm.Holds(req.Strategy) {
 		return nil, cannotHold(req.Strategy)
 	}
 	if req.Permit == nil {
