@@ -219,3 +219,42 @@ func TestAcquireDuringOutage(t *testing.T) {
 		t.Errorf("Acquire a ttl later = %+v, %v; want 3 left (the lost release's permit and the last one expired)", res, err)
 	}
 }
+
+// TestAcquireTiers: per-key concurrency limits (WithStrategyFor) hold per
+// key, and a permit is released under its key's tier.
+func TestAcquireTiers(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range holdStores(t) {
+		t.Run(name, func(t *testing.T) {
+			pro := algorithm.Concurrency(3, time.Minute)
+			lim := newHoldLimiter(t, st, fakeclock.New(proptest.Epoch), 1, time.Minute,
+				fleetlimit.WithStrategyFor(func(_ context.Context, key string) (algorithm.Strategy, error) {
+					if key == "pro" {
+						return pro, nil
+					}
+					return nil, nil
+				}))
+			for _, tc := range []struct {
+				key   string
+				slots int
+			}{{"pro", 3}, {"free", 1}} {
+				var first fleetlimit.Permit
+				for i := range tc.slots + 1 {
+					p, res, err := lim.Acquire(ctx, tc.key)
+					if err != nil || res.Allowed != (i < tc.slots) || res.Limit != int64(tc.slots) {
+						t.Fatalf("%s: acquire %d = %+v, %v; want %d slots", tc.key, i, res, err, tc.slots)
+					}
+					if i == 0 {
+						first = p
+					}
+				}
+				if err := first.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, res, err := lim.Acquire(ctx, tc.key); err != nil || !res.Allowed {
+					t.Fatalf("%s: acquire after a release = %+v, %v", tc.key, res, err)
+				}
+			}
+		})
+	}
+}
