@@ -64,6 +64,7 @@ type Limiter struct {
 	skew     *skewWatch    // nil without WithClock, or over a store without a clock
 	// The pipeline's modes, one per entry point.
 	allow, peek, refund mode
+	holds               holdModes // Acquire's, Release's and Renew's (permit.go)
 	cfg                 config
 	waits               *waitQueues // WaitN's queues
 }
@@ -129,6 +130,9 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		l.leases = lease.New(cfg.leaseSize, cfg.leaseMaxAge, clock, l.sweep.arm)
 	}
 	l.buildModes()
+	if err := l.buildHoldModes(); err != nil {
+		return nil, err
+	}
 	l.skew = newSkewWatch(l)
 	if err := claimKeys(l); err != nil {
 		return nil, err
@@ -287,18 +291,25 @@ type call struct {
 // and for a caller gone (DecidedByCaller).
 func (l *Limiter) decide(ctx context.Context, key string, n int64, m *mode) (Result, outcome, error) {
 	c := call{m: m}
-	if o, err := l.start(ctx, &c, key, n); err != nil {
+	return l.decideCall(ctx, &c, key, n)
+}
+
+// decideCall is decide for a call whose request may carry a permit
+// operation (c.req.Permit, which start keeps): Acquire, Release, Renew.
+func (l *Limiter) decideCall(ctx context.Context, c *call, key string, n int64) (Result, outcome, error) {
+	m := c.m
+	if o, err := l.start(ctx, c, key, n); err != nil {
 		return l.none(), o, err
 	}
 	if m.local {
-		if res, o, ok, err := l.local(ctx, &c); ok {
+		if res, o, ok, err := l.local(ctx, c); ok {
 			return res, o, err
 		}
 	}
-	if err := l.remote(ctx, &c); err != nil {
-		return l.failed(ctx, &c, err)
+	if err := l.remote(ctx, c); err != nil {
+		return l.failed(ctx, c, err)
 	}
-	return l.settle(ctx, &c)
+	return l.settle(ctx, c)
 }
 
 // none is the Result of no decision: denied, with only Limit set.

@@ -61,11 +61,15 @@ type Composite interface {
 // a cost above its limit).
 //
 // A composite leases (Leaser, fleetlimit.WithLeases) when every member
-// does: see Lease.
+// does: see Lease. It holds permits (Holds, fleetlimit.Limiter.Acquire)
+// when one member does — a Concurrency limit beside rate limits, "at most
+// 2 at once and 10 per hour" — see Hold; its plain decision (AllowN)
+// charges the rate members and holds no slot. Validate refuses two
+// members that hold permits.
 //
 // The returned Strategy is safe for concurrent use.
 func All(members ...Strategy) Strategy {
-	s := &all{members: append([]Strategy(nil), members...)}
+	s := &all{members: append([]Strategy(nil), members...), holder: -1}
 	s.err = s.validate()
 	if s.err != nil {
 		return s
@@ -74,13 +78,17 @@ func All(members ...Strategy) Strategy {
 	tags := make([]string, len(members))
 	keys := make([]string, len(members))
 	var src strings.Builder
-	src.WriteString("-- algorithm.All of its members' scripts, then the driver (all.lua).\nlocal member = {}\n")
+	src.WriteString("-- algorithm.All of its members' scripts, then the driver (all.lua).\nlocal member, holds = {}, {}\n")
 	s.limit, s.window = MaxInt, 0
 	for i, m := range members {
 		sc := m.Script()
 		names[i], tags[i] = m.Name(), sc.Tag
 		keys[i] = sc.Tag + "." + strconv.Itoa(i)
 		fmt.Fprintf(&src, "member[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, sc.Source)
+		if Holds(m) {
+			s.holder = i
+			fmt.Fprintf(&src, "holds[%d] = true\n", i+1)
+		}
 		margs := m.ScriptArgs()
 		s.args = append(s.args, strconv.Itoa(len(margs)), strconv.FormatInt(m.Limit()+1, 10))
 		s.args = append(s.args, margs...)
@@ -93,6 +101,7 @@ func All(members ...Strategy) Strategy {
 	s.script.Keys = keys
 	s.script.Peeks = true
 	s.script.Refunds, s.script.Leases = true, true
+	s.script.Holds = s.holder >= 0
 	for _, m := range members {
 		_, ok := m.(Refunder)
 		s.script.Refunds = s.script.Refunds && ok && m.Script().Refunds
@@ -110,6 +119,7 @@ type all struct {
 	window  time.Duration
 	script  *Script
 	args    []any
+	holder  int // the member that holds permits (Holds), or -1
 }
 
 func (s *all) Name() string {
@@ -146,6 +156,13 @@ func (s *all) validate() error {
 		}
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("%s: member %d: %w", algo, i, err)
+		}
+		if Holds(m) {
+			for j := range i {
+				if Holds(s.members[j]) {
+					return fmt.Errorf("%s: members %d and %d both hold permits; a composite has at most one concurrency limit: %w", algo, j, i, ErrInvalidStrategy)
+				}
+			}
 		}
 		if _, ok := m.(Replier); ok {
 			return fmt.Errorf("%s: member %d (%s) is itself a composite or has a penalty box; list plain strategies and put a penalty around the whole: %w", algo, i, m.Name(), ErrInvalidStrategy)
@@ -219,44 +236,72 @@ func (s *all) Decide(state State, now time.Time, n int64) (Decision, error) {
 	if !ok || len(st.members) != len(s.members) {
 		return Decision{}, ErrStateType
 	}
-	// Every member decides on a copy of its state; the copies replace the
-	// states only when all admit, as the Lua twin decides with its peek flag
-	// and then again for real.
+	trial, ds, admit, err := s.try(st, now, n)
+	if err != nil {
+		return Decision{}, err
+	}
+	if admit {
+		copy(st.members, trial)
+		return s.combine(ds, n), nil
+	}
+	if err := s.uncharged(st, ds, now); err != nil {
+		return Decision{}, err
+	}
+	return s.combine(ds, n), nil
+}
+
+// try decides a request of cost n by every member, each on a copy of its
+// state, and returns the copies, the decisions and whether all admitted:
+// the copies replace the states only when all admit, as the Lua twin
+// decides with its peek flag and then again for real.
+func (s *all) try(st *allState, now time.Time, n int64) ([]State, []Decision, bool, error) {
 	trial := make([]State, len(s.members))
 	ds := make([]Decision, len(s.members))
 	admit := true
 	for i, m := range s.members {
 		c, ok := st.members[i].(Cloner)
 		if !ok {
-			return Decision{}, errMemberState
+			return nil, nil, false, errMemberState
 		}
 		trial[i] = c.Clone()
 		d, err := m.Decide(trial[i], now, n)
 		if err != nil {
-			return Decision{}, err
+			return nil, nil, false, err
 		}
 		ds[i] = d
 		admit = admit && d.Allowed
 	}
-	if admit {
-		copy(st.members, trial)
-		return s.combine(ds, n), nil
-	}
-	for i, m := range s.members {
+	return trial, ds, admit, nil
+}
+
+// uncharged replaces, in the decisions ds of a denied request, those of
+// the members that would have admitted it by their figures as they are
+// (asIs).
+func (s *all) uncharged(st *allState, ds []Decision, now time.Time) error {
+	for i := range s.members {
 		if !ds[i].Allowed {
 			continue
 		}
-		// The member's figures as they are: a cost above its limit is
-		// denied and reports the key unchanged. On a copy, as the Lua twin
-		// peeks: a rule may tidy its state on a denial (a sliding log drops
-		// expired entries), which a clock running behind would then miss.
-		cur, err := m.Decide(st.members[i].(Cloner).Clone(), now, m.Limit()+1)
-		if err != nil {
-			return Decision{}, err
+		var err error
+		if ds[i], err = s.asIs(st, i, now); err != nil {
+			return err
 		}
-		ds[i] = Decision{Allowed: true, Limit: cur.Limit, Remaining: cur.Remaining, ResetAfter: cur.ResetAfter}
 	}
-	return s.combine(ds, n), nil
+	return nil
+}
+
+// asIs is member i's figures as they are, uncharged and admitting: its
+// decision on a cost above its limit, which is denied and reports the key
+// unchanged. On a copy, as the Lua twin peeks: a rule may tidy its state
+// on a denial (a sliding log drops expired entries), which a clock running
+// behind would then miss.
+func (s *all) asIs(st *allState, i int, now time.Time) (Decision, error) {
+	m := s.members[i]
+	cur, err := m.Decide(st.members[i].(Cloner).Clone(), now, m.Limit()+1)
+	if err != nil {
+		return Decision{}, err
+	}
+	return Decision{Allowed: true, Limit: cur.Limit, Remaining: cur.Remaining, ResetAfter: cur.ResetAfter}, nil
 }
 
 // combine is the composite's rule (see All); members are in member order.

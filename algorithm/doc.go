@@ -23,10 +23,18 @@
 //	                  constant memory; at most limit per aligned window and
 //	                  under twice it in any window-long interval.
 //
+// One bounds how many at once, not how often:
+//
+//	Concurrency       at most limit permits held per key (Holder): taken
+//	                  by an acquire, given back by the release of that
+//	                  permit, or expiring ttl after its last acquire or
+//	                  renew; one sorted-set member per held permit.
+//
 // And two that combine others, each still one script per decision:
 //
 //	All               several strategies at once, all or nothing: admitted
-//	                  only when every member admits, and then charged to all.
+//	                  only when every member admits, and then charged to all
+//	                  (with a Concurrency member, the slot held too).
 //	Penalize          a penalty box around a strategy: a key denied too often
 //	                  is banned, for doubling bans.
 //

@@ -166,6 +166,12 @@ type Script struct {
 	// window's, the sliding log's and the sliding-window counter's do.
 	// Default (NewScript): false.
 	Leases bool
+	// Holds reports that Source honours the calling convention's permit
+	// modes (see package scripts and Holder): sent a permit's identity and
+	// "acquire", "release" or "renew" as its last two arguments, it applies
+	// that operation as the strategy's Hold does. Concurrency's does.
+	// Default (NewScript): false.
+	Holds bool
 }
 
 // builtin returns s with Peeks and Refunds set, for the built-in scripts.

@@ -103,6 +103,7 @@ type Interceptor struct {
 	shadowMetadata bool
 	metadata       bool // send rate-limit metadata: not a shadow limiter, or shadowMetadata
 	policy         ratelimitheader.Policy
+	holds          bool // l is a concurrency limit: Acquire, and hold the permit while the handler runs
 }
 
 // New returns the interceptors that charge every call to the client key
@@ -136,6 +137,13 @@ type Interceptor struct {
 //
 // A stream is charged once, when it opens, before the handler runs: the
 // messages it carries are not charged.
+//
+// When l's strategy is a concurrency limit (algorithm.Concurrency, alone
+// or in algorithm.All), each call instead holds a permit
+// (Limiter.Acquire) for its handler's whole run — a unary call's, or a
+// stream's whole life — given back when the handler returns or panics; a
+// denial is the same ResourceExhausted with RetryInfo (the time until the
+// earliest held permit expires, an upper bound), and WithCost is refused.
 func New(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (*Interceptor, error) {
 	i := &Interceptor{l: l, key: key}
 	var errs []error
@@ -147,6 +155,11 @@ func New(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (*Interceptor, erro
 		return nil, err
 	}
 	i.policy, i.metadata = a.Policy, a.Headers
+	if l != nil {
+		if i.holds = algorithm.Holds(l.Strategy()); i.holds && i.cost != nil {
+			return nil, fmt.Errorf("grpclimit: WithCost with the concurrency limit %s, whose call holds one permit: %w", l.Name(), fleetlimit.ErrInvalidConfig)
+		}
+	}
 	return i, nil
 }
 
@@ -174,7 +187,9 @@ func mustNew(l *fleetlimit.Limiter, key KeyFunc, opts []Option) *Interceptor {
 // Unary is a grpc.UnaryServerInterceptor: it decides the call, then runs
 // handler if admitted.
 func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := i.admit(ctx, info.FullMethod, req, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) }); err != nil {
+	var permit fleetlimit.Permit
+	defer release(ctx, &permit) // after the handler returns or panics
+	if err := i.admit(ctx, info.FullMethod, req, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) }, &permit); err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
@@ -183,16 +198,29 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 // Stream is a grpc.StreamServerInterceptor: it decides the stream when it
 // opens, then runs handler if admitted.
 func (i *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := i.admit(ss.Context(), info.FullMethod, nil, ss.SetHeader); err != nil {
+	var permit fleetlimit.Permit
+	defer release(ss.Context(), &permit) // when the stream's handler returns or panics
+	if err := i.admit(ss.Context(), info.FullMethod, nil, ss.SetHeader, &permit); err != nil {
 		return err
 	}
 	return handler(srv, ss)
 }
 
+// release gives back the permit a concurrency limit's call held (the zero
+// Permit, for any other limit, does nothing), even when the caller has
+// gone: the call's context without its cancellation. A release that cannot
+// reach the store is retried within the limiter's timeout and otherwise
+// left to the permit's ttl (fleetlimit.Permit.Release); the call has
+// ended, so there is no one to tell.
+func release(ctx context.Context, p *fleetlimit.Permit) {
+	_ = p.Release(context.WithoutCancel(ctx))
+}
+
 // admit decides the call of method (req nil for a stream), sets its
 // metadata with setHeader, and returns nil to run the handler or the
-// status error to answer.
-func (i *Interceptor) admit(ctx context.Context, method string, req any, setHeader func(metadata.MD) error) error {
+// status error to answer. For a concurrency limit it takes a permit for
+// the call into held, which the caller releases when the handler ends.
+func (i *Interceptor) admit(ctx context.Context, method string, req any, setHeader func(metadata.MD) error, held *fleetlimit.Permit) error {
 	if i.methods != nil && !i.methods[method] {
 		return nil
 	}
@@ -212,9 +240,16 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, setHead
 			return status.Errorf(codes.InvalidArgument, "grpclimit: cost of the call: %v", err)
 		}
 	}
-	// A cost beyond what AllowN accepts cannot pass any limit either: charge
-	// the most it accepts, so that the answer is ResourceExhausted.
-	res, err := i.l.AllowN(fleetlimit.ContextWithRoute(ctx, method), key, min(n, algorithm.MaxInt))
+	// A concurrency limit holds a permit for the handler's whole run.
+	// Otherwise a cost beyond what AllowN accepts cannot pass any limit
+	// either: charge the most it accepts, so that the answer is
+	// ResourceExhausted.
+	var res fleetlimit.Result
+	if i.holds {
+		*held, res, err = i.l.Acquire(fleetlimit.ContextWithRoute(ctx, method), key)
+	} else {
+		res, err = i.l.AllowN(fleetlimit.ContextWithRoute(ctx, method), key, min(n, algorithm.MaxInt))
+	}
 	switch {
 	case ctx.Err() != nil:
 		// The caller is gone (or its deadline passed): never admitted.

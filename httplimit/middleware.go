@@ -17,7 +17,12 @@ import (
 )
 
 // Middleware returns net/http middleware that charges every request to the
-// client key names, through l, before the next handler runs. Per-endpoint
+// client key names, through l, before the next handler runs. When l's
+// strategy is a concurrency limit (algorithm.Concurrency), each request
+// instead holds a permit (Limiter.Acquire) for the next handler's whole
+// run, given back when it returns or panics; a denial is the same 429
+// with Retry-After (the time until the earliest held permit expires, an
+// upper bound), and WithCost is refused. Per-endpoint
 // limits are plain code: wrap each handler with its own limiter.
 //
 //	login := Middleware(loginLimiter, clientIP)
@@ -93,6 +98,11 @@ func NewMiddleware(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (func(htt
 		return nil, err
 	}
 	m.policy, m.headers = a.Policy, a.Headers
+	if l != nil {
+		if m.holds = algorithm.Holds(l.Strategy()); m.holds && m.cost != nil {
+			return nil, fmt.Errorf("httplimit: WithCost with the concurrency limit %s, whose request holds one permit: %w", l.Name(), fleetlimit.ErrInvalidConfig)
+		}
+	}
 	return m.wrap, nil
 }
 
@@ -260,6 +270,7 @@ type middleware struct {
 	headers        bool // send rate-limit headers: not a shadow limiter, or shadowHeaders
 	deny           DenialWriter
 	policy         ratelimitheader.Policy
+	holds          bool // l is a concurrency limit: Acquire, and hold the permit while the handler runs
 }
 
 func (m *middleware) wrap(next http.Handler) http.Handler {
@@ -290,9 +301,18 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if route == "" {
 		route = r.Pattern
 	}
-	// A cost beyond what AllowN accepts cannot pass any limit either: charge
-	// the most it accepts, so that the answer is a 413, not a 500.
-	res, err := m.l.AllowN(fleetlimit.ContextWithRoute(r.Context(), route), key, min(n, algorithm.MaxInt))
+	// A concurrency limit holds a permit for the handler's whole run.
+	// Otherwise a cost beyond what AllowN accepts cannot pass any limit
+	// either: charge the most it accepts, so that the answer is a 413, not
+	// a 500.
+	var res fleetlimit.Result
+	if m.holds {
+		var permit fleetlimit.Permit
+		permit, res, err = m.l.Acquire(fleetlimit.ContextWithRoute(r.Context(), route), key)
+		defer m.release(permit, r) // after the handler returns or panics
+	} else {
+		res, err = m.l.AllowN(fleetlimit.ContextWithRoute(r.Context(), route), key, min(n, algorithm.MaxInt))
+	}
 	switch {
 	case r.Context().Err() != nil:
 		// The client went away (or half-closed its connection): it is never
@@ -337,6 +357,16 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.deny(w, r, Denial{Status: http.StatusServiceUnavailable, Name: m.l.Name(), Result: res, Err: err,
 			Detail: "rate limiter unavailable: retry in " + plural(secs, "second")})
 	}
+}
+
+// release gives back the permit a concurrency limit's request held, when
+// its handler has returned or panicked, even if the client has gone: the
+// request's context without its cancellation. A release that cannot reach
+// the store is retried within the limiter's timeout and otherwise left to
+// the permit's ttl (see fleetlimit.Permit.Release); the response is
+// already written, so there is no one to tell.
+func (m *middleware) release(p fleetlimit.Permit, r *http.Request) {
+	_ = p.Release(context.WithoutCancel(r.Context()))
 }
 
 // hashedKey is the key under which a key longer than store.MaxKeyLen is

@@ -16,7 +16,10 @@
 -- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
 --              refund: every member gives back n (each was charged n for
 --              every admission) by its own refund rule; "lease" on a lease,
---              after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want (below)
+--              after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want (below);
+--              "acquire", "release" or "renew" after ARGV[#ARGV-1] = a
+--              permit's identity, for a composite with a member that holds
+--              permits (holds[m], set by algorithm.All): see below
 -- Returns, for each member in order, {allowed, remaining, retry_after_us,
 -- reset_after_us}; algorithm.All combines them into the decision. A lease
 -- returns {granted, now} followed by those four for each member.
@@ -83,8 +86,9 @@ end
 
 -- decide decides a request of cost for every member, all or none (above),
 -- and returns their replies and whether all admitted, or the first error
--- reply third.
-local function decide(cost)
+-- reply third. With permit, the member that holds permits takes that
+-- permit instead of its plain decision, which holds nothing.
+local function decide(cost, permit)
   local replies, admit = {}, true
   for m = 1, #member do
     local r = call(m, cost, 'peek')
@@ -94,7 +98,12 @@ local function decide(cost)
   end
   if admit and not peek then
     for m = 1, #member do
-      local r = call(m, cost)
+      local r
+      if permit and holds[m] then
+        r = call(m, cost, permit, 'acquire')
+      else
+        r = call(m, cost)
+      end
       if r.err then return nil, false, r end
       replies[m] = r
     end
@@ -140,6 +149,37 @@ if lease then
   local granted = 0
   if admit then granted = cost end
   return flat({granted, tonumber(now)}, replies)
+end
+
+local op = ARGV[#ARGV]
+if op == 'acquire' or op == 'release' or op == 'renew' then
+  -- A permit (algorithm.All's Hold). A release or renew goes to the
+  -- member that holds permits only; the others report their figures as
+  -- they are (their probe, uncharged). An acquire is one decision of cost
+  -- 1 by every member — the holder's plain decision says whether a slot
+  -- is free — and, when all admit, charges the others and takes the
+  -- permit in the holder.
+  local id = ARGV[#ARGV - 1]
+  local replies = {}
+  if op ~= 'acquire' then
+    for m = 1, #member do
+      local r
+      if holds[m] then
+        r = call(m, n, id, op)
+        if r.err then return r end
+      else
+        r = call(m, probes[m], 'peek')
+        if r.err then return r end
+        r = {1, r[2], 0, r[4]}
+      end
+      replies[m] = r
+    end
+    return flat({}, replies)
+  end
+  local admit, err
+  replies, admit, err = decide(n, id)
+  if err then return err end
+  return flat({}, replies)
 end
 
 local replies, _, err = decide(n)

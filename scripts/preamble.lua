@@ -1,6 +1,6 @@
 -- The preamble of every single strategy's script: scripts.go prepends it
--- to sliding_window_log.lua, token_bucket.lua, fixed_window.lua and
--- sliding_window_counter.lua, so the calling convention (see scripts.go)
+-- to sliding_window_log.lua, token_bucket.lua, fixed_window.lua,
+-- sliding_window_counter.lua and concurrency.lua, so the calling convention (see scripts.go)
 -- is read in one place. It reads the key, the mode (the last argument),
 -- the cost n, and now: the caller's time, or else the Redis server's TIME,
 -- in integer microseconds since the Unix epoch.

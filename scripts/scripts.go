@@ -39,6 +39,14 @@
 // strategy (algorithm.LeaseReplier). A script that leases says so with
 // algorithm.Script.Leases.
 //
+// or "acquire", "release" or "renew", appended only for an operation on a
+// permit (fleetlimit.Limiter.Acquire, Permit.Release, Permit.Renew; the
+// store passes store.Request.Permit), after one more argument: the
+// permit's identity (algorithm.PermitOp.ID). The script applies that
+// operation as the strategy's Hold does (algorithm.Holder) and returns the
+// four integers below. A script that does says so with
+// algorithm.Script.Holds; concurrency.lua does.
+//
 // and returns {allowed (1 or 0), remaining, retry_after_us, reset_after_us}.
 // A composite (algorithm.All, all.lua) takes one key per member and returns
 // those four for each member in turn; a penalty box (penalty.lua) returns
@@ -81,6 +89,12 @@ var slidingWindowCounter string
 
 // SlidingWindowCounter returns the Lua twin of algorithm.SlidingWindowCounter.
 func SlidingWindowCounter() string { return preamble + slidingWindowCounter }
+
+//go:embed concurrency.lua
+var concurrency string
+
+// Concurrency returns the Lua twin of algorithm.Concurrency.
+func Concurrency() string { return preamble + concurrency }
 
 //go:embed all.lua
 var all string

@@ -163,6 +163,7 @@ const (
 	peekMode
 	refundMode
 	leaseMode
+	holdMode
 )
 
 // decide is Decide, Peek or Refund, by mode.
@@ -230,10 +231,7 @@ func (m *Memory) run(req Request, mode mode, rule func(algorithm.State, time.Tim
 		sh.mu.Unlock()
 		return d, err
 	}
-	if err == nil && e == nil && (mode == decideMode || mode == leaseMode) && (d.Allowed || st.FullAt() > now.UnixMicro()) {
-		// A denied request on a fresh key records nothing, unless the
-		// strategy keeps something of it (a penalty box counts denials);
-		// nor does a refund to a fresh key.
+	if err == nil && e == nil && records(mode, d, st, now) {
 		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}
 		sh.n++
 	}
@@ -242,6 +240,21 @@ func (m *Memory) run(req Request, mode mode, rule func(algorithm.State, time.Tim
 	}
 	sh.mu.Unlock()
 	return d, err
+}
+
+// records reports whether the state st of a key the store did not hold
+// is to be kept after rule's decision d in mode. A denied request on a
+// fresh key records nothing, unless the strategy keeps something of it (a
+// penalty box counts denials); nor does a refund to a fresh key; a permit
+// operation keeps the state only while it holds a permit.
+func records(mode mode, d algorithm.Decision, st algorithm.State, now time.Time) bool {
+	switch mode {
+	case decideMode, leaseMode:
+		return d.Allowed || st.FullAt() > now.UnixMicro()
+	case holdMode:
+		return st.FullAt() > now.UnixMicro()
+	}
+	return false
 }
 
 // locate returns req's algorithm tag, the shard that holds req.Key, and the

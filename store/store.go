@@ -80,6 +80,13 @@ type Request struct {
 	Now time.Time
 	// Timeout bounds a decision that does I/O; 0 means only ctx bounds it.
 	Timeout time.Duration
+	// Permit is the operation on one permit that Holder.Hold applies
+	// (take, give back or extend it, by its identity); nil for every
+	// other call, which ignores it. Callers validate it
+	// (algorithm.PermitOp.Validate). The Redis store passes its identity
+	// and kind to the script after the strategy's parameters (see package
+	// scripts).
+	Permit *algorithm.PermitOp
 }
 
 // MaxKeyLen is the longest Request.Key accepted, in bytes.

@@ -116,3 +116,16 @@ func KeysByNode(t testing.TB, c redis.UniversalClient, pattern string) map[strin
 	}
 	return found
 }
+
+// HaveCluster reports whether the environment names a real Redis Cluster
+// (./test.sh starts one). Under RequireEnv a missing one fails the test.
+func HaveCluster(t testing.TB) bool {
+	t.Helper()
+	if os.Getenv(ClusterAddrsEnv) != "" {
+		return true
+	}
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("%s is not set although %s=1", ClusterAddrsEnv, RequireEnv)
+	}
+	return false
+}
