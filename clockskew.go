@@ -8,36 +8,26 @@ import (
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
-// ClockSkewThreshold is how far a limiter's own clock (WithClock) may be
-// from its store's before the skew is reported. Instances that decide one
-// key on clocks that far apart see its windows at different times: the one
-// behind is judged at the newest admission's time by a sliding log and can
-// be starved of a shared key, and a token bucket charges the one behind
-// for the difference.
-const ClockSkewThreshold = 250 * time.Millisecond
+// skewThreshold is how far a limiter's own clock (WithClock) may be from
+// its store's before the skew is reported (see SkewObserver).
+const skewThreshold = 250 * time.Millisecond
 
 // skewCheckEvery is the most often a limiter compares the two clocks, on
 // its own clock's time.
 const skewCheckEvery = 10 * time.Second
 
-// Skew is a clock-skew report (see SkewObserver).
-type Skew struct {
-	// Name is the limiter's name.
-	Name string
-	// Offset is the store's clock minus the limiter's, measured at the
-	// middle of the round trip that read the store's clock: positive when
-	// the limiter's clock is behind.
-	Offset time.Duration
-	// Skewed reports whether |Offset| is above ClockSkewThreshold; a report
-	// with Skewed false says the clocks agree again.
-	Skewed bool
-}
-
 // SkewObserver is implemented by an Observer (WithObserver) that wants
 // clock-skew reports: ObserveSkew is called, from a goroutine of the
-// limiter's, once each time the limiter's clock is found more than
-// ClockSkewThreshold from its store's and once each time it is back
-// within it. A limiter compares the two only when it has WithClock, a
+// limiter's, once each time the limiter's clock is found more than 250 ms
+// from its store's (skewed true) and once each time it is back within it
+// (skewed false), with the limiter's name and the offset: the store's
+// clock minus the limiter's, measured at the middle of the round trip that
+// read the store's clock (positive when the limiter's clock is behind).
+//
+// Instances that decide one key on clocks that far apart see its windows
+// at different times: the one behind is judged at the newest admission's
+// time by a sliding log and can be starved of a shared key, and a token
+// bucket charges the one behind for the difference. A limiter compares the two only when it has WithClock, a
 // store with a clock (store.Clocked: Memory and Redis) and an observer
 // that is a SkewObserver (SlogObserver is one: it logs the reports); then
 // at most every 10 s of its clock, on the first decision after that time,
@@ -45,7 +35,7 @@ type Skew struct {
 // limiter's is the one the decision read (the limiter's clock is never
 // called from another goroutine).
 type SkewObserver interface {
-	ObserveSkew(Skew)
+	ObserveSkew(name string, offset time.Duration, skewed bool)
 }
 
 // skewWatch compares a limiter's clock with its store's (see
@@ -98,11 +88,11 @@ func (w *skewWatch) check(mine, sent time.Time) {
 		return // the store's outage is the breaker's to report
 	}
 	// The store read its clock about halfway through the round trip.
-	s := Skew{Name: w.name, Offset: theirs.Sub(mine.Add(time.Since(sent) / 2))}
-	s.Skewed = s.Offset > ClockSkewThreshold || s.Offset < -ClockSkewThreshold
-	if s.Skewed == w.skewed {
+	offset := theirs.Sub(mine.Add(time.Since(sent) / 2))
+	skewed := offset > skewThreshold || offset < -skewThreshold
+	if skewed == w.skewed {
 		return
 	}
-	w.skewed = s.Skewed
-	w.to.ObserveSkew(s)
+	w.skewed = skewed
+	w.to.ObserveSkew(w.name, offset, skewed)
 }

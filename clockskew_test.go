@@ -17,21 +17,30 @@ import (
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
-// skews is an Observer that hands on clock-skew reports.
-type skews chan fleetlimit.Skew
+// skew is one clock-skew report.
+type skew struct {
+	Name   string
+	Offset time.Duration
+	Skewed bool
+}
 
-func (skews) Observe(fleetlimit.Event)        {}
-func (s skews) ObserveSkew(k fleetlimit.Skew) { s <- k }
+// skews is an Observer that hands on clock-skew reports.
+type skews chan skew
+
+func (skews) Observe(fleetlimit.Event) {}
+func (s skews) ObserveSkew(name string, offset time.Duration, skewed bool) {
+	s <- skew{name, offset, skewed}
+}
 
 // next returns the next report, or fails after a while.
-func (s skews) next(t *testing.T) fleetlimit.Skew {
+func (s skews) next(t *testing.T) skew {
 	t.Helper()
 	select {
 	case k := <-s:
 		return k
 	case <-time.After(10 * time.Second):
 		t.Fatal("no skew report")
-		return fleetlimit.Skew{}
+		return skew{}
 	}
 }
 
@@ -46,7 +55,7 @@ func (s skews) none(t *testing.T, why string) {
 }
 
 // TestClockSkewReported: two clocks, the limiter's (WithClock) and the
-// memory store's, stepped by hand. A skew above ClockSkewThreshold is
+// memory store's, stepped by hand. A skew above 250 ms is
 // reported once, with its offset, to a SkewObserver, and once more when the
 // clocks agree again; checks in between report nothing.
 func TestClockSkewReported(t *testing.T) {
@@ -79,7 +88,7 @@ func TestClockSkewReported(t *testing.T) {
 	reports.none(t, "still skewed")
 	// In agreement again: reported once a check runs (the one due
 	// at 40 s may still be waiting behind the last on a loaded machine).
-	var back fleetlimit.Skew
+	var back skew
 	for i := 0; back.Name == ""; i++ {
 		require.Less(t, i, 50, "no report of the clocks agreeing again")
 		decideAt(time.Duration(50+11*i)*time.Second, 0)

@@ -101,7 +101,7 @@ func (f option) apply(c *config) { f(c) }
 // difference. So a limiter with WithClock and an observer that wants the
 // reports (a SkewObserver, such as SlogObserver) compares its clock with
 // the store's (Redis TIME) at most every 10 s, in the background, and
-// reports a skew above ClockSkewThreshold once per change
+// reports a skew above 250 ms once per change
 // (TestClockSkewReported, TestClockSkewAgainstRedisTIME).
 func WithClock(now func() time.Time) Option {
 	return option(func(c *config) {

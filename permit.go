@@ -88,9 +88,6 @@ const (
 	heldLocally               // in the fallback store (FailLocal), during an outage
 )
 
-// Key is the key the permit was taken for; "" for the zero Permit.
-func (p Permit) Key() string { return p.key }
-
 // Acquire takes a slot of key's concurrency limit for the caller, if one
 // is free: at most the strategy's limit permits are held at once per key
 // by every limiter sharing the store (the instances of a fleet). The

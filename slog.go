@@ -3,6 +3,7 @@ package fleetlimit
 import (
 	"context"
 	"log/slog"
+	"time"
 )
 
 // SlogObserver returns an Observer that logs decisions to logger (nil:
@@ -70,11 +71,11 @@ func (o slogObserver) Observe(e Event) {
 // ObserveSkew logs a clock-skew report (see SkewObserver): at Warn when
 // the limiter's clock is skewed from its store's, at Info when they agree
 // again, with the name, the offset and the threshold.
-func (o slogObserver) ObserveSkew(s Skew) {
+func (o slogObserver) ObserveSkew(name string, offset time.Duration, skewed bool) {
 	level, msg := slog.LevelInfo, "rate limit: limiter's clock agrees with its store's again"
-	if s.Skewed {
+	if skewed {
 		level, msg = slog.LevelWarn, "rate limit: limiter's clock (WithClock) is skewed from its store's: instances deciding one key on different times bend its limit"
 	}
-	o.log.LogAttrs(context.Background(), level, msg, slog.String("name", s.Name),
-		slog.Duration("offset", s.Offset), slog.Duration("threshold", ClockSkewThreshold))
+	o.log.LogAttrs(context.Background(), level, msg, slog.String("name", name),
+		slog.Duration("offset", offset), slog.Duration("threshold", skewThreshold))
 }
