@@ -18,8 +18,11 @@ import (
 // refused", "no such host", a TLS handshake's error — the default go-redis
 // dialer does the handshake inside the dial).
 //
-// A dial that fails because its own context ended is not recorded: that is
-// the caller's deadline, not the server's answer.
+// A dial cut short by its own context (an error of the context's, or a
+// timeout once the context is done) is not recorded: that is the caller's
+// deadline, not the server's answer. A dial that outlives its context and
+// then fails on its own (a TLS handshake, which the default dialer does
+// without the context) is recorded.
 //
 // dialErrors is safe for concurrent use.
 type dialErrors struct {
@@ -49,7 +52,7 @@ func watchDials(client redis.UniversalClient) *dialErrors {
 func (d *dialErrors) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
-		if err != nil && ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || isNetTimeout(err)) {
 			return conn, err
 		}
 		d.mu.Lock()
