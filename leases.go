@@ -27,12 +27,23 @@ import (
 // below size, is still shared by the whole fleet down to its last unit,
 // which goes to whoever asks for it. An instance holds at most one lease
 // per key: while its round trip for a key is in flight, other requests for
-// that key in the same process wait for it (bounded by its timeout and
-// their contexts) and then spend from the new lease. A lease round trip
-// runs to its end (at most the limiter's timeout) even if the request that
-// sent it gives up: that caller is denied, as any caller gone is, and its
-// cost is charged, but the lease is kept for the key's next requests rather
-// than lost with its units.
+// that key in the same process wait for it and then spend from the new
+// lease. A lease round trip runs to its end (at most its caller's
+// deadline, below) even if the request that sent it gives up: that caller
+// is denied, as any caller gone is, and its cost is charged, but the lease
+// is kept for the key's next requests rather than lost with its units.
+//
+// One deadline per call: a request the lease cannot serve at once gets a
+// deadline of now + the limiter's timeout (WithTimeout), which bounds
+// together every wait behind the key's round trips in flight (however many
+// follow one another) and its own round trip. When it passes, the request
+// is decided as any timeout is: degraded (fallback or policy), its error
+// wrapping ErrStoreUnavailable and context.DeadlineExceeded, and counted by
+// the breaker — a wait cut off behind another request's round trip is the
+// store not answering in time, as it would have been for a round trip of
+// the request's own — unless the caller's own context ended first (caller
+// gone, not counted). So with leases, as without, a decision takes at most
+// the limiter's timeout (faults/TestLeaseDecisionsKeepTheTimeoutThroughAStall).
 //
 // The bound, for K instances (docs/guarantees.md, proven over K = 1..16 by
 // TestPropertyLeaseBound): each instance holds at most size−1 unspent units

@@ -106,3 +106,80 @@ func TestLeaseSurvivesItsCallerLeaving(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(100-2-1), res.Remaining, "2 units spent (the gone caller's and the next), and none lost")
 }
+
+// A 3 s stall of a real redis-server (DEBUG SLEEP 3) under 64 workers
+// offering ten times a 1,000/s token bucket on one key, with leases and
+// WithTimeout(100ms): every decision takes at most the timeout plus a
+// scheduling slack, however many callers of the key queue behind its lease
+// round trips — each call has one deadline, set when it arrives, that
+// bounds its waits and its own round trip. The slack stated: one more
+// timeout (a worst decision under 2 × 100 ms), for 64 goroutines on a
+// shared 2-core machine, -race included. The decisions the stall cut off
+// are degraded as any timeout is (ErrStoreUnavailable, DeadlineExceeded).
+func TestLeaseDecisionsKeepTheTimeoutThroughAStall(t *testing.T) {
+	const (
+		workers = 64
+		rate    = 1000 // per second
+		offered = 4 * rate
+		timeout = 100 * time.Millisecond
+	)
+	srv := redistest.StartServer(t, "--enable-debug-command", "yes")
+	st := redisStore(t, srv.Client())
+	l := newLimiter(t, algorithm.TokenBucket(rate, time.Second, 100), st,
+		fleetlimit.WithLeases(10, time.Second), fleetlimit.WithTimeout(timeout))
+	admin := srv.Client()
+	defer func() { _ = admin.Close() }()
+
+	stop := make(chan struct{})
+	var outs []timed
+	done, lagged := make(chan struct{}), make(chan time.Duration)
+	go func() { outs = offer(l, []string{"k"}, workers, offered, stop); close(done) }()
+	go func() { lagged <- schedulingLag(stop) }()
+	time.Sleep(time.Second) // warm pools, a steady state
+	stallAt := time.Now()
+	require.NoError(t, admin.Do(bg, "DEBUG", "SLEEP", "3").Err())
+	stallEnd := time.Now()
+	time.Sleep(time.Second)
+	close(stop)
+	<-done
+	lag := <-lagged
+	slack := max(timeout, 2*lag)
+
+	var worst time.Duration
+	var inStall, timedOut int
+	for _, o := range outs {
+		worst = max(worst, o.took)
+		if o.at.After(stallAt) && o.at.Before(stallEnd) {
+			inStall++
+		}
+		if o.err != nil {
+			require.ErrorIs(t, o.err, fleetlimit.ErrStoreUnavailable)
+			if errors.Is(o.err, context.DeadlineExceeded) {
+				timedOut++
+			}
+		}
+	}
+	t.Logf("%d decisions, %d during the %v stall, %d timed out; worst decision %v (bound %v, the scheduler's worst lag %v)",
+		len(outs), inStall, stallEnd.Sub(stallAt).Round(time.Millisecond), timedOut, worst, timeout+slack, lag)
+	require.Positive(t, inStall)
+	require.Positive(t, timedOut, "the stall cut decisions off")
+	require.Less(t, worst, timeout+slack, "a decision outlived the limiter's timeout")
+}
+
+// schedulingLag returns, once stop is closed, the longest that a 10 ms
+// sleep overslept meanwhile: how late this process's goroutines can run on
+// the machine as loaded, the part of a decision's latency no code of the
+// limiter's can remove.
+func schedulingLag(stop <-chan struct{}) time.Duration {
+	var worst time.Duration
+	for {
+		select {
+		case <-stop:
+			return worst
+		default:
+		}
+		start := time.Now()
+		time.Sleep(10 * time.Millisecond)
+		worst = max(worst, time.Since(start)-10*time.Millisecond)
+	}
+}

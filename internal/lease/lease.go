@@ -13,6 +13,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -92,8 +93,10 @@ func (t *Table) Spend(key string, s algorithm.Strategy, n int64, now time.Time, 
 // Serve is Spend, except that while a round trip for the key is in flight
 // it waits for it (and for any that follows) and then spends from the
 // lease it installed. It returns ctx's error if ctx is done first, or
-// once a round trip it waited for is over.
-func (t *Table) Serve(ctx context.Context, key string, s algorithm.Strategy, n int64, now time.Time) (algorithm.Decision, bool, error) {
+// once a round trip it waited for is over; and ErrDeadline once deadline
+// (the call's, on the process's clock) has passed, however many round
+// trips it waited for.
+func (t *Table) Serve(ctx context.Context, key string, s algorithm.Strategy, n int64, now, deadline time.Time) (algorithm.Decision, bool, error) {
 	for {
 		if d, ok := t.Spend(key, s, n, now, false); ok {
 			return d, true, nil
@@ -102,20 +105,42 @@ func (t *Table) Serve(ctx context.Context, key string, s algorithm.Strategy, n i
 		if ready == nil {
 			return algorithm.Decision{}, false, nil
 		}
-		if err := wait(ctx, ready); err != nil {
+		if err := wait(ctx, ready, deadline); err != nil {
 			return algorithm.Decision{}, false, err
 		}
 	}
 }
 
-// wait returns when ready is closed, or with ctx's error when ctx is done
-// (also if both happened: the caller is gone either way).
-func wait(ctx context.Context, ready <-chan struct{}) error {
+// ErrDeadline is the error of a wait or a round trip that the call's
+// deadline (Serve's and Take's) cut off, while the caller's own context
+// was not done: the store did not answer in time.
+var ErrDeadline = fmt.Errorf("lease: the call's deadline passed: %w", context.DeadlineExceeded)
+
+// wait returns when ready is closed, with ctx's error when ctx is done
+// (also if both happened: the caller is gone either way), or ErrDeadline
+// once deadline has passed. It allocates a timer only when it must block.
+func wait(ctx context.Context, ready <-chan struct{}, deadline time.Time) error {
+	select {
+	case <-ready:
+		return ctx.Err()
+	default:
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		return ErrDeadline
+	}
+	timer := time.NewTimer(left)
+	defer timer.Stop()
 	select {
 	case <-ready:
 		return ctx.Err()
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-timer.C:
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return ErrDeadline
 	}
 }
 
@@ -151,17 +176,18 @@ type Trip func(ctx context.Context, terms algorithm.LeaseTerms) (algorithm.Grant
 // Take decides a request of cost n for key under s through the store by a
 // lease: it hands back the key's previous lease, if any, and takes a new
 // one of up to size units, in one round trip (trip, given ctx without its
-// cancellation: the round trip runs to its end, bounded by timeout, even
+// cancellation: the round trip runs to its end, bounded by deadline, even
 // if the caller gives up, and the lease keeps what it took). now is the
-// request's time (zero: the monotonic clock's now) and sent the time its
-// lease is dated from.
+// request's time (zero: the monotonic clock's now), sent the time its
+// lease is dated from, and deadline the call's (on the process's clock).
 //
 // Should another round trip for the key be in flight, Take waits for it
-// (ctx bounds the wait) and then spends from the lease it installed, as
-// Serve does; served then reports a decision made from a lease, not by the
-// store. The Decision's Remaining, after a round trip, counts what the new
-// lease holds.
-func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n int64, now, sent time.Time, timeout time.Duration, trip Trip) (d algorithm.Decision, served bool, err error) {
+// (ctx and deadline bound the wait, as Serve's) and then spends from the
+// lease it installed; served then reports a decision made from a lease,
+// not by the store. A deadline already passed when the round trip would
+// be sent returns ErrDeadline, and nothing is sent. The Decision's
+// Remaining, after a round trip, counts what the new lease holds.
+func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n int64, now, sent, deadline time.Time, trip Trip) (d algorithm.Decision, served bool, err error) {
 	sh := t.shards.Of(key)
 	for {
 		sh.mu.Lock()
@@ -173,13 +199,17 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 		}
 		sh.mu.Unlock()
 		if e.pending {
-			if err := wait(ctx, e.ready); err != nil {
+			if err := wait(ctx, e.ready, deadline); err != nil {
 				return algorithm.Decision{}, false, err
 			}
 		}
 		if d, ok := t.Spend(key, s, n, now, false); ok {
 			return d, true, nil
 		}
+	}
+	if time.Until(deadline) <= 0 {
+		sh.mu.Unlock()
+		return algorithm.Decision{}, false, ErrDeadline
 	}
 	e := sh.m[key]
 	terms := algorithm.LeaseTerms{Want: max(n, t.size)}
@@ -193,7 +223,7 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 	var g algorithm.Grant
 	err = errPanicked // until trip returns
 	defer t.land(sh, key, flight, s, n, sent, &g, &err)
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	tctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	g, err = trip(tctx, terms)
 	if err != nil {
