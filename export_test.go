@@ -26,3 +26,16 @@ func SweepLeasesByHand(l *Limiter) func(now time.Time) {
 
 // LeasesHeld is how many keys l holds a lease of (spent or not).
 func LeasesHeld(l *Limiter) int { return l.leases.Len() }
+
+// LeaseKeysSeen is how many keys l remembers deciding exactly, to lease
+// them at their next round trip.
+func LeaseKeysSeen(l *Limiter) int { return l.leases.Seen() }
+
+// LeaseFromTheFirst makes l take a lease at a key's first round trip, as
+// at every later one, rather than decide it exactly: for step tests of the
+// lease mechanics, whose units are counted from a key's first request. It
+// returns l.
+func LeaseFromTheFirst(l *Limiter) *Limiter {
+	l.leases.LeaseFirst()
+	return l
+}

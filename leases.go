@@ -21,6 +21,15 @@ import (
 // spend and takes another, in one script call. Default: off (every
 // decision is a round trip).
 //
+// Leases only where they pay: a key's round trip on this instance is an
+// exact decision (the store decides it as without leases; nothing is
+// leased or held) when the instance holds no lease of the key and decided
+// none of its round trips exactly within maxAge — a key's first, and its
+// first after a quiet maxAge; the key's next round trip within maxAge takes
+// a lease. So a key seen once costs one script call, not a take and a
+// hand-back, and the bounds below are unchanged (an exact decision holds
+// no units).
+//
 // The fair share: a lease takes min(size, max(n, ⌊available/2⌋)) units for
 // a request of cost n — never more than half of what the key has left
 // unless n alone needs more — so that a key with little left, or a limit
@@ -74,14 +83,21 @@ import (
 //     maxAge old), and each lease takes the whole fair share, so per key
 //     and instance the round trips are at most ⌈admitted/size⌉ plus the
 //     leases that ended early (aged out, cut by the fair share, or too
-//     small for a request) plus the denials; a hot key with at least
-//     2·size units left takes one round trip per size units admitted.
+//     small for a request) plus the denials plus the exact decisions
+//     (above: one for a key's first round trip, and one after each quiet
+//     maxAge or round trip that left no lease); a hot key with at least
+//     2·size units left takes one round trip per size units admitted,
+//     after its first, exact one.
 //
-// The sweep: while this limiter holds leases, a timer (one per limiter,
-// none while it holds none) hands back the units of leases maxAge old and
-// forgets them, so the limiter holds leases only of keys it saw within
-// about maxAge: memory is bounded by the keys it sees per maxAge. Ages are
-// on the limiter's clock (WithClock's, or the monotonic clock); the timer
+// The sweep: while this limiter holds leases or remembers keys it decided
+// exactly, a timer (one per limiter, none while it holds neither) hands
+// back the units of leases maxAge old and forgets them and the keys
+// decided exactly maxAge ago; it runs when the first of them ages out, and
+// at least maxAge/8 after the last run. So memory is bounded by the keys
+// seen within 9/8·maxAge (plus the time a sweep's hand-backs take): one
+// remembered key (its string and a time) for each seen once, one lease for
+// each seen twice — none both (TestLeaseFloodOfOneShotKeys). Ages are on
+// the limiter's clock (WithClock's, or the monotonic clock); the timer
 // runs on the process's clock.
 //
 // Result with leases: Allowed and RetryAfter are this instance's decision;

@@ -439,6 +439,8 @@ func (l *Limiter) remote(ctx context.Context, c *call) error {
 	case c.probe != 0:
 		c.d, err = l.probe(ctx, c.m.op, c.req, c.ci, c.probe) // which tells the circuit how it went
 		return err
+	case c.m.leases != nil && c.m.leases.First(c.req.Key, c.sent):
+		c.d, err = c.m.op.Decide(ctx, c.req) // a key's first: exact, no lease
 	case c.m.leases != nil:
 		c.d, served, err = c.m.leases.Take(ctx, c.req.Key, c.req.Strategy, c.req.N, c.req.Now, c.sent, c.deadline, l.leaseTrip(c.req))
 	default:

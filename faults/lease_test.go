@@ -3,7 +3,10 @@ package faults_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,4 +185,51 @@ func schedulingLag(stop <-chan struct{}) time.Duration {
 		time.Sleep(10 * time.Millisecond)
 		worst = max(worst, time.Since(start)-10*time.Millisecond)
 	}
+}
+
+// A flood of one-shot keys with leases on a real redis-server: each key
+// seen once costs one script call — its exact decision — and nothing to
+// hand back at Close (a lease taken at the first request cost a take and a
+// hand-back: two calls a key).
+func TestLeaseOneShotKeysCostOneScriptCall(t *testing.T) {
+	const keys = 2000
+	srv := redistest.StartServer(t)
+	st := redisStore(t, srv.Client())
+	l := newLimiter(t, algorithm.TokenBucket(100, time.Second, 100), st, fleetlimit.WithLeases(16, time.Minute))
+	admin := srv.Client()
+	defer func() { _ = admin.Close() }()
+	res, err := l.Allow(bg, "warm") // loads the script: later calls are plain EVALSHA
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	require.NoError(t, admin.ConfigResetStat(bg).Err())
+
+	for i := range keys {
+		res, err := l.Allow(bg, fmt.Sprintf("once-%d", i))
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+	require.NoError(t, l.Close())
+	calls := scriptCalls(t, admin)
+	t.Logf("%d one-shot keys: %d script calls", keys, calls)
+	require.Equal(t, int64(keys), calls, "one script call per key seen once")
+}
+
+// scriptCalls is how many EVAL and EVALSHA calls c's server ran since its
+// statistics were last reset.
+func scriptCalls(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(bg, "commandstats").Result()
+	require.NoError(t, err)
+	var total int64
+	for line := range strings.Lines(info) {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				field, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+				n, err := strconv.ParseInt(field, 10, 64)
+				require.NoError(t, err, line)
+				total += n
+			}
+		}
+	}
+	return total
 }

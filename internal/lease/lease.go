@@ -1,8 +1,10 @@
 // Package lease keeps the leases of one limiter (fleetlimit.WithLeases):
 // for each key at most one lease, a block of the key's capacity taken from
 // the store in one round trip and spent in process, with no round trip,
-// until it is spent or MaxAge old. It knows nothing of stores: the round
-// trip that takes a lease is a function the caller gives Take.
+// until it is spent or MaxAge old; and the keys whose last round trip was
+// an exact decision (First), so that only keys with repeat traffic lease.
+// It knows nothing of stores: the round trip that takes a lease is a
+// function the caller gives Take.
 //
 // The bounds a Table keeps (each instance holds at most size−1 unspent
 // units of a key; a round trip only when the lease cannot serve) are
@@ -32,15 +34,19 @@ type Table struct {
 	clock     keyed.Clock
 	installed func() // called after a lease is installed (the sweep's timer)
 	shards    keyed.Shards[shard]
+	// leaseFirst: First never answers exact (LeaseFirst), for tests of the
+	// lease mechanics that count units from a key's first request.
+	leaseFirst bool
 }
 
 type shard struct {
-	// mu guards m: Spend holds it for reading (many spends of one key run
-	// at once, each taking its units from left atomically); whatever
-	// replaces or removes a lease, or reads left to hand it back, holds it
-	// for writing, so no spend runs then.
-	mu sync.RWMutex
-	m  map[string]*lease // guarded by mu
+	// mu guards m and seen: Spend holds it for reading (many spends of one
+	// key run at once, each taking its units from left atomically);
+	// whatever replaces or removes a lease, or reads left to hand it back,
+	// or touches seen, holds it for writing, so no spend runs then.
+	mu   sync.RWMutex
+	m    map[string]*lease    // guarded by mu
+	seen map[string]time.Time // keys decided exactly (First), and when; guarded by mu
 }
 
 // lease is a key's lease.
@@ -61,7 +67,7 @@ type lease struct {
 // the table's) each time a lease is installed.
 func New(size int64, maxAge time.Duration, clock keyed.Clock, installed func()) *Table {
 	t := &Table{size: size, maxAge: maxAge, clock: clock, installed: installed, shards: keyed.NewShards[shard](keyed.MaxShards)}
-	t.shards.Each(func(sh *shard) { sh.m = make(map[string]*lease) })
+	t.shards.Each(func(sh *shard) { sh.m, sh.seen = make(map[string]*lease), make(map[string]time.Time) })
 	return t
 }
 
@@ -167,6 +173,43 @@ func (t *Table) inFlight(key string) <-chan struct{} {
 		return e.ready
 	}
 	return nil
+}
+
+// First reports whether the round trip for key at now (zero: the monotonic
+// clock's now) should be an exact decision rather than a lease: when the
+// table holds no lease of the key (spent or not, nor one in flight) and
+// decided none of its round trips exactly in the last maxAge. It then
+// remembers the key as seen at now, until the key's next round trip
+// (which takes a lease: the key shows repeat traffic) or until End finds
+// it maxAge old. So a key seen once costs one plain decision and holds no
+// units, and the table leases only keys seen at least twice within
+// maxAge.
+func (t *Table) First(key string, now time.Time) bool {
+	if t.leaseFirst {
+		return false
+	}
+	sh := t.shards.Of(key)
+	sh.mu.Lock()
+	if sh.m[key] != nil {
+		sh.mu.Unlock()
+		return false
+	}
+	if at, ok := sh.seen[key]; ok {
+		if age := t.clock.Since(at, now); age >= 0 && age < t.maxAge {
+			delete(sh.seen, key)
+			sh.mu.Unlock()
+			return false
+		}
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	sh.seen[key] = now
+	sh.mu.Unlock()
+	if t.installed != nil {
+		t.installed() // End must age it out
+	}
+	return true
 }
 
 // Trip is the round trip that takes a lease on terms: the store's Lease
@@ -290,9 +333,10 @@ type Held struct {
 }
 
 // End removes the leases that are maxAge old at now (or, with all, every
-// lease) — none in flight — and returns those that hold units; and how
-// soon the first lease still held will age out, or -1 when none is. A
-// lease with a negative age (a clock that went back) ends too.
+// lease) — none in flight — and returns those that hold units, and
+// forgets the keys First saw that long ago; and how soon the first lease
+// or key still held will age out, or -1 when none is. A lease or key with
+// a negative age (a clock that went back) ends too.
 func (t *Table) End(now time.Time, all bool) (held []Held, next time.Duration) {
 	next = -1
 	t.shards.Each(func(sh *shard) {
@@ -312,6 +356,14 @@ func (t *Table) End(now time.Time, all bool) (held []Held, next time.Duration) {
 				next = rest
 			}
 		}
+		for k, at := range sh.seen {
+			age := t.clock.Since(at, now)
+			if all || age >= t.maxAge || age < 0 {
+				delete(sh.seen, k)
+			} else if rest := t.maxAge - age; next < 0 || rest < next {
+				next = rest
+			}
+		}
 	})
 	return held, next
 }
@@ -323,6 +375,19 @@ func (t *Table) Len() int {
 		sh.mu.RLock()
 		defer sh.mu.RUnlock()
 		return len(sh.m)
+	})
+}
+
+// LeaseFirst makes First answer false for every key, so that a key's
+// first round trip takes a lease. Call it before the table is used.
+func (t *Table) LeaseFirst() { t.leaseFirst = true }
+
+// Seen is how many keys First remembers as decided exactly.
+func (t *Table) Seen() int {
+	return t.shards.Sum(func(sh *shard) int {
+		sh.mu.RLock()
+		defer sh.mu.RUnlock()
+		return len(sh.seen)
 	})
 }
 

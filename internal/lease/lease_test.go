@@ -208,3 +208,40 @@ func TestTheCallsDeadlineBoundsItsWaitsAndItsRoundTrip(t *testing.T) {
 		t.Errorf("%d round trips, %d leases; want the one flight's", len(terms), tab.Len())
 	}
 }
+
+// First: a key's first round trip is exact, and remembered; its next
+// within maxAge leases (and is forgotten as seen); one maxAge old, or
+// forgotten by End, is a first again; a key with a lease is never a first.
+func TestFirstLeasesOnlyRepeatTraffic(t *testing.T) {
+	tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
+	steps := []struct {
+		key  string
+		at   time.Duration
+		want bool
+		why  string
+	}{
+		{"a", 0, true, "a's first"},
+		{"a", time.Second, false, "a again within maxAge: lease it"},
+		{"a", 2 * time.Second, true, "no lease was installed, nothing seen since the lease round trip"},
+		{"a", 2*time.Second + time.Minute, true, "seen maxAge ago: a first again"},
+		{"b", 0, true, "b's first"},
+	}
+	for _, s := range steps {
+		if got := tab.First(s.key, t0.Add(s.at)); got != s.want {
+			t.Errorf("First(%s, +%v) = %v, want %v: %s", s.key, s.at, got, s.want, s.why)
+		}
+	}
+	if tab.Seen() != 2 {
+		t.Errorf("Seen = %d, want a and b", tab.Seen())
+	}
+	if _, next := tab.End(t0.Add(2*time.Minute), false); tab.Seen() != 1 || next != 2*time.Second {
+		t.Errorf("End at +2m: Seen %d, next %v; want b forgotten, a (seen at +1m2s) left, due in 2s", tab.Seen(), next)
+	}
+	var terms []algorithm.LeaseTerms
+	if _, _, err := tab.Take(context.Background(), "c", tb, 1, t0, t0, later(), grant(10, 1, &terms)); err != nil {
+		t.Fatal(err)
+	}
+	if tab.First("c", t0) {
+		t.Error("First of a key with a lease")
+	}
+}
