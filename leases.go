@@ -45,7 +45,9 @@ import (
 // One deadline per call: a request the lease cannot serve at once gets a
 // deadline of now + the limiter's timeout (WithTimeout), which bounds
 // together every wait behind the key's round trips in flight (however many
-// follow one another) and its own round trip. When it passes, the request
+// follow one another) and its own round trip (the first round trip it
+// waits for, sent by a request that arrived no later than it reached the
+// wait, ends by that request's deadline). When it passes, the request
 // is decided as any timeout is: degraded (fallback or policy), its error
 // wrapping ErrStoreUnavailable and context.DeadlineExceeded, and counted by
 // the breaker — a wait cut off behind another request's round trip is the

@@ -257,15 +257,15 @@ func shadowed(res Result, o outcome) Result {
 // call is one decision on its way through the pipeline: what the stages
 // learn and pass on. It lives on decide's stack.
 type call struct {
-	m        *mode
-	req      store.Request
-	sent     time.Time          // when the request left for the store, for the in-process caches (zero without them)
-	deadline time.Time          // with leases, once the lease cannot serve: now + the limiter's timeout, bounding every wait and round trip of the call
-	epoch    uint64             // the denial cache's shard epoch at its look-up, for learn
-	ci       *circuit           // the key's circuit; nil without a breaker
-	probe    probe              // this call's probe of an open circuit; 0: none
-	d        algorithm.Decision // the store's decision, once remote has it
-	o        outcome            // who decided, once remote knows
+	m     *mode
+	req   store.Request
+	sent  time.Time          // when the request left for the store, for the in-process caches (zero without them)
+	lease lease.Call         // with leases, once the lease cannot serve: the deadline (now + the limiter's timeout) of every wait and round trip of the call
+	epoch uint64             // the denial cache's shard epoch at its look-up, for learn
+	ci    *circuit           // the key's circuit; nil without a breaker
+	probe probe              // this call's probe of an open circuit; 0: none
+	d     algorithm.Decision // the store's decision, once remote has it
+	o     outcome            // who decided, once remote knows
 }
 
 // decide is the one path of every decision: AllowN, Peek and Refund (each
@@ -397,10 +397,10 @@ func (l *Limiter) fromLease(ctx context.Context, c *call, ls *lease.Table) (res 
 	if d, served := ls.Spend(req.Key, req.Strategy, req.N, req.Now, false); served {
 		return resultOf(req.Strategy, d), outcome(DecidedByLease), true, nil
 	}
-	c.deadline = time.Now().Add(l.cfg.timeout)
-	d, served, err := ls.Serve(ctx, req.Key, req.Strategy, req.N, req.Now, c.deadline)
+	c.lease.Deadline = time.Now().Add(l.cfg.timeout)
+	d, served, err := ls.Serve(ctx, req.Key, req.Strategy, req.N, req.Now, &c.lease)
 	if err == nil && !served {
-		if req.Timeout = time.Until(c.deadline); req.Timeout <= 0 {
+		if req.Timeout = time.Until(c.lease.Deadline); req.Timeout <= 0 {
 			err = lease.ErrDeadline
 		}
 	}
@@ -442,7 +442,7 @@ func (l *Limiter) remote(ctx context.Context, c *call) error {
 	case c.m.leases != nil && c.m.leases.First(c.req.Key, c.sent):
 		c.d, err = c.m.op.Decide(ctx, c.req) // a key's first: exact, no lease
 	case c.m.leases != nil:
-		c.d, served, err = c.m.leases.Take(ctx, c.req.Key, c.req.Strategy, c.req.N, c.req.Now, c.sent, c.deadline, l.leaseTrip(c.req))
+		c.d, served, err = c.m.leases.Take(ctx, c.req.Key, c.req.Strategy, c.req.N, c.req.Now, c.sent, &c.lease, l.leaseTrip(c.req))
 	default:
 		c.d, err = c.m.op.Decide(ctx, c.req)
 	}

@@ -60,6 +60,7 @@ type lease struct {
 	reset    time.Duration // the grant's ResetAfter
 	pending  bool          // a round trip for the key is in flight: no lease yet
 	ready    chan struct{} // when pending: closed once the round trip is over
+	until    time.Time     // when pending: the round trip's deadline
 }
 
 // New returns an empty table of leases of up to size units that live
@@ -96,22 +97,30 @@ func (t *Table) Spend(key string, s algorithm.Strategy, n int64, now time.Time, 
 	}
 }
 
+// Call is one decision's part in the table, across Serve and Take: its
+// deadline, on the process's clock (the caller sets it: now + its
+// timeout), which bounds its waits and its round trip; and whether it has
+// waited for a round trip yet.
+type Call struct {
+	Deadline time.Time
+	waited   bool
+}
+
 // Serve is Spend, except that while a round trip for the key is in flight
 // it waits for it (and for any that follows) and then spends from the
 // lease it installed. It returns ctx's error if ctx is done first, or
-// once a round trip it waited for is over; and ErrDeadline once deadline
-// (the call's, on the process's clock) has passed, however many round
-// trips it waited for.
-func (t *Table) Serve(ctx context.Context, key string, s algorithm.Strategy, n int64, now, deadline time.Time) (algorithm.Decision, bool, error) {
+// once a round trip it waited for is over; and ErrDeadline once c's
+// deadline has passed, however many round trips it waited for.
+func (t *Table) Serve(ctx context.Context, key string, s algorithm.Strategy, n int64, now time.Time, c *Call) (algorithm.Decision, bool, error) {
 	for {
 		if d, ok := t.Spend(key, s, n, now, false); ok {
 			return d, true, nil
 		}
-		ready := t.inFlight(key)
-		if ready == nil {
+		flight := t.inFlight(key)
+		if flight == nil {
 			return algorithm.Decision{}, false, nil
 		}
-		if err := wait(ctx, ready, deadline); err != nil {
+		if err := c.wait(ctx, flight); err != nil {
 			return algorithm.Decision{}, false, err
 		}
 	}
@@ -122,23 +131,35 @@ func (t *Table) Serve(ctx context.Context, key string, s algorithm.Strategy, n i
 // was not done: the store did not answer in time.
 var ErrDeadline = fmt.Errorf("lease: the call's deadline passed: %w", context.DeadlineExceeded)
 
-// wait returns when ready is closed, with ctx's error when ctx is done
-// (also if both happened: the caller is gone either way), or ErrDeadline
-// once deadline has passed. It allocates a timer only when it must block.
-func wait(ctx context.Context, ready <-chan struct{}, deadline time.Time) error {
-	select {
-	case <-ready:
+// wait returns when flight's round trip is over, with ctx's error when
+// ctx is done (also if both happened: the caller is gone either way), or
+// ErrDeadline once c's deadline has passed.
+//
+// The first round trip a call waits for was sent by a call that arrived
+// before it, or by the one that won the race to send the round trip this
+// call was about to send: its deadline is at most the in-process time
+// the call took to meet it past the call's own, and it ends by then, so
+// the call waits for it with no timer — as it does for any round trip
+// whose deadline is no later than its own. Only a wait behind a later
+// round trip allocates a timer.
+func (c *Call) wait(ctx context.Context, flight *lease) error {
+	first := !c.waited
+	c.waited = true
+	if first || !flight.until.After(c.Deadline) {
+		select {
+		case <-flight.ready:
+		case <-ctx.Done():
+		}
 		return ctx.Err()
-	default:
 	}
-	left := time.Until(deadline)
+	left := time.Until(c.Deadline)
 	if left <= 0 {
 		return ErrDeadline
 	}
 	timer := time.NewTimer(left)
 	defer timer.Stop()
 	select {
-	case <-ready:
+	case <-flight.ready:
 		return ctx.Err()
 	case <-ctx.Done():
 		return ctx.Err()
@@ -163,14 +184,14 @@ func (t *Table) serves(e *lease, s algorithm.Strategy, n int64, now time.Time) (
 	return age, age >= 0 && age < t.maxAge
 }
 
-// inFlight returns a channel closed when the key's lease round trip now in
-// flight is over, or nil when there is none.
-func (t *Table) inFlight(key string) <-chan struct{} {
+// inFlight returns the key's lease round trip now in flight (pending), or
+// nil when there is none.
+func (t *Table) inFlight(key string) *lease {
 	sh := t.shards.Of(key)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
 	if e := sh.m[key]; e != nil && e.pending {
-		return e.ready
+		return e
 	}
 	return nil
 }
@@ -219,18 +240,18 @@ type Trip func(ctx context.Context, terms algorithm.LeaseTerms) (algorithm.Grant
 // Take decides a request of cost n for key under s through the store by a
 // lease: it hands back the key's previous lease, if any, and takes a new
 // one of up to size units, in one round trip (trip, given ctx without its
-// cancellation: the round trip runs to its end, bounded by deadline, even
+// cancellation: the round trip runs to its end, bounded by c's deadline, even
 // if the caller gives up, and the lease keeps what it took). now is the
 // request's time (zero: the monotonic clock's now), sent the time its
-// lease is dated from, and deadline the call's (on the process's clock).
+// lease is dated from, and c the call (its deadline).
 //
 // Should another round trip for the key be in flight, Take waits for it
-// (ctx and deadline bound the wait, as Serve's) and then spends from the
+// (ctx and c's deadline bound the wait, as Serve's) and then spends from the
 // lease it installed; served then reports a decision made from a lease,
 // not by the store. A deadline already passed when the round trip would
 // be sent returns ErrDeadline, and nothing is sent. The Decision's
 // Remaining, after a round trip, counts what the new lease holds.
-func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n int64, now, sent, deadline time.Time, trip Trip) (d algorithm.Decision, served bool, err error) {
+func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n int64, now, sent time.Time, c *Call, trip Trip) (d algorithm.Decision, served bool, err error) {
 	sh := t.shards.Of(key)
 	for {
 		sh.mu.Lock()
@@ -242,7 +263,7 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 		}
 		sh.mu.Unlock()
 		if e.pending {
-			if err := wait(ctx, e.ready, deadline); err != nil {
+			if err := c.wait(ctx, e); err != nil {
 				return algorithm.Decision{}, false, err
 			}
 		}
@@ -250,7 +271,7 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 			return d, true, nil
 		}
 	}
-	if time.Until(deadline) <= 0 {
+	if time.Until(c.Deadline) <= 0 {
 		sh.mu.Unlock()
 		return algorithm.Decision{}, false, ErrDeadline
 	}
@@ -259,14 +280,14 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 	if left := leftOf(e); left > 0 && rule.Same(e.strategy, s) {
 		terms.Back, terms.BackAt = left, e.storeAt // no spend runs: sh.mu is held
 	}
-	flight := &lease{pending: true, ready: make(chan struct{})}
+	flight := &lease{pending: true, ready: make(chan struct{}), until: c.Deadline}
 	sh.m[key] = flight
 	sh.mu.Unlock()
 
 	var g algorithm.Grant
 	err = errPanicked // until trip returns
 	defer t.land(sh, key, flight, s, n, sent, &g, &err)
-	tctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	tctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.Deadline)
 	defer cancel()
 	g, err = trip(tctx, terms)
 	if err != nil {

@@ -32,7 +32,7 @@ func TestTakeThenSpend(t *testing.T) {
 	installed := 0
 	tab := New(10, time.Minute, keyed.Clock{Exact: true}, func() { installed++ })
 	var terms []algorithm.LeaseTerms
-	d, served, err := tab.Take(context.Background(), "k", tb, 2, t0, t0, later(), grant(10, 7, &terms))
+	d, served, err := tab.Take(context.Background(), "k", tb, 2, t0, t0, &Call{Deadline: later()}, grant(10, 7, &terms))
 	if err != nil || served || !d.Allowed {
 		t.Fatalf("Take = %+v, %v, %v", d, served, err)
 	}
@@ -61,7 +61,7 @@ func TestTakeThenSpend(t *testing.T) {
 		t.Error("served a lease maxAge old")
 	}
 	// The next take hands back the 5 left, naming the lease by its At.
-	if _, _, err := tab.Take(context.Background(), "k", tb, 6, t0, t0, later(), grant(10, 9, &terms)); err != nil {
+	if _, _, err := tab.Take(context.Background(), "k", tb, 6, t0, t0, &Call{Deadline: later()}, grant(10, 9, &terms)); err != nil {
 		t.Fatal(err)
 	}
 	if want := (algorithm.LeaseTerms{Want: 10, Back: 5, BackAt: 7}); terms[1] != want {
@@ -81,7 +81,7 @@ func TestServeWaitsForTheRoundTripInFlight(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, later(), slow); err != nil {
+		if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, &Call{Deadline: later()}, slow); err != nil {
 			t.Error(err)
 		}
 	})
@@ -89,13 +89,13 @@ func TestServeWaitsForTheRoundTripInFlight(t *testing.T) {
 	// A caller whose context ends while it waits is let go with its error.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, served, err := tab.Serve(ctx, "k", tb, 1, t0, later()); served || !errors.Is(err, context.Canceled) {
+	if _, served, err := tab.Serve(ctx, "k", tb, 1, t0, &Call{Deadline: later()}); served || !errors.Is(err, context.Canceled) {
 		t.Errorf("Serve with a cancelled ctx = %v, %v", served, err)
 	}
 	// One that waits is served from the lease the round trip installs.
 	done := make(chan algorithm.Decision)
 	go func() {
-		d, served, err := tab.Serve(context.Background(), "k", tb, 4, t0, later())
+		d, served, err := tab.Serve(context.Background(), "k", tb, 4, t0, &Call{Deadline: later()})
 		if !served || err != nil {
 			t.Errorf("Serve = %v, %v", served, err)
 		}
@@ -115,14 +115,14 @@ func TestAPanickingTripReleasesWaiters(t *testing.T) {
 	tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
 	func() {
 		defer func() { _ = recover() }()
-		_, _, _ = tab.Take(context.Background(), "k", tb, 1, t0, t0, later(), func(context.Context, algorithm.LeaseTerms) (algorithm.Grant, error) {
+		_, _, _ = tab.Take(context.Background(), "k", tb, 1, t0, t0, &Call{Deadline: later()}, func(context.Context, algorithm.LeaseTerms) (algorithm.Grant, error) {
 			panic("boom")
 		})
 	}()
 	if tab.Len() != 0 {
 		t.Fatalf("a panicked flight stayed: Len %d", tab.Len())
 	}
-	if _, served, err := tab.Serve(context.Background(), "k", tb, 1, t0, later()); served || err != nil {
+	if _, served, err := tab.Serve(context.Background(), "k", tb, 1, t0, &Call{Deadline: later()}); served || err != nil {
 		t.Errorf("Serve after the panic = %v, %v; want not served, no wait", served, err)
 	}
 }
@@ -132,7 +132,7 @@ func TestEndAndForget(t *testing.T) {
 	var terms []algorithm.LeaseTerms
 	for i, k := range []string{"a", "b", "c"} {
 		at := t0.Add(time.Duration(i) * 10 * time.Second)
-		if _, _, err := tab.Take(context.Background(), k, tb, 1, at, at, later(), grant(10, int64(i), &terms)); err != nil {
+		if _, _, err := tab.Take(context.Background(), k, tb, 1, at, at, &Call{Deadline: later()}, grant(10, int64(i), &terms)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,8 +154,8 @@ func TestEndAndForget(t *testing.T) {
 	}
 }
 
-// One deadline per call: it bounds a wait behind the key's round trip in
-// flight (ErrDeadline, not the caller's error, while the round trip goes
+// One deadline per call: it bounds a wait behind a later round trip of
+// the key (ErrDeadline, not the caller's error, while the round trip goes
 // on), is the deadline of the call's own round trip, and a call whose
 // deadline has passed sends nothing.
 func TestTheCallsDeadlineBoundsItsWaitsAndItsRoundTrip(t *testing.T) {
@@ -172,7 +172,7 @@ func TestTheCallsDeadlineBoundsItsWaitsAndItsRoundTrip(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, owner, slow); err != nil {
+		if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, &Call{Deadline: owner}, slow); err != nil {
 			t.Error(err)
 		}
 	})
@@ -180,11 +180,16 @@ func TestTheCallsDeadlineBoundsItsWaitsAndItsRoundTrip(t *testing.T) {
 	if !tripDeadline.Equal(owner) {
 		t.Errorf("the round trip's deadline %v, want the call's %v", tripDeadline, owner)
 	}
-	// Behind the flight, in Serve and in Take: let go at the deadline.
+	// Behind the flight, in Serve and in Take, calls that have waited for
+	// an earlier round trip (this one's deadline is past theirs): let go
+	// at their deadline.
 	for name, wait := range map[string]func(time.Time) error{
-		"Serve": func(dl time.Time) error { _, _, err := tab.Serve(context.Background(), "k", tb, 1, t0, dl); return err },
+		"Serve": func(dl time.Time) error {
+			_, _, err := tab.Serve(context.Background(), "k", tb, 1, t0, &Call{Deadline: dl, waited: true})
+			return err
+		},
 		"Take": func(dl time.Time) error {
-			_, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, dl, slow)
+			_, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, &Call{Deadline: dl, waited: true}, slow)
 			return err
 		},
 	} {
@@ -196,7 +201,7 @@ func TestTheCallsDeadlineBoundsItsWaitsAndItsRoundTrip(t *testing.T) {
 	wg.Wait()
 	// A deadline already passed: nothing sent, even with no lease to wait for.
 	sent := false
-	_, _, err := tab.Take(context.Background(), "other", tb, 1, t0, t0, time.Now().Add(-time.Millisecond),
+	_, _, err := tab.Take(context.Background(), "other", tb, 1, t0, t0, &Call{Deadline: time.Now().Add(-time.Millisecond)},
 		func(context.Context, algorithm.LeaseTerms) (algorithm.Grant, error) {
 			sent = true
 			return algorithm.Grant{}, nil
@@ -238,7 +243,7 @@ func TestFirstLeasesOnlyRepeatTraffic(t *testing.T) {
 		t.Errorf("End at +2m: Seen %d, next %v; want b forgotten, a (seen at +1m2s) left, due in 2s", tab.Seen(), next)
 	}
 	var terms []algorithm.LeaseTerms
-	if _, _, err := tab.Take(context.Background(), "c", tb, 1, t0, t0, later(), grant(10, 1, &terms)); err != nil {
+	if _, _, err := tab.Take(context.Background(), "c", tb, 1, t0, t0, &Call{Deadline: later()}, grant(10, 1, &terms)); err != nil {
 		t.Fatal(err)
 	}
 	if tab.First("c", t0) {
