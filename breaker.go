@@ -592,7 +592,9 @@ func (c *circuit) logAttrs() []slog.Attr {
 // its outcome. When that is longer than the limiter's timeout, the probe
 // runs on a goroutine of its own, without ctx's cancellation (its outcome is
 // the store's health, not this caller's), and the caller waits for it at
-// most the limiter's timeout, as for any decision: errProbeRunning then.
+// most req.Timeout (the limiter's timeout, or what a call that waited on a
+// lease round trip has left of it), as for any decision: errProbeRunning
+// then.
 func (l *Limiter) probe(ctx context.Context, st store.Store, req store.Request, c *circuit, p probe) (algorithm.Decision, error) {
 	timeout := max(c.b.probeTimeout, l.cfg.timeout)
 	if timeout == l.cfg.timeout {
@@ -616,7 +618,7 @@ func (l *Limiter) probe(ctx context.Context, st store.Store, req store.Request, 
 		c.probed(p, err)
 		done <- answer{d, err}
 	}()
-	wait := time.NewTimer(l.cfg.timeout)
+	wait := time.NewTimer(req.Timeout) // the limiter's timeout, or what a lease wait left of it
 	defer wait.Stop()
 	select {
 	case a := <-done:

@@ -36,3 +36,16 @@ func LeasesHeld(l *Limiter) int { return l.leases.Len() }
 func WaitNSleeping(l *Limiter, sleep func(context.Context, time.Duration) error, ctx context.Context, key string, n int64) (Result, error) {
 	return l.waitN(ctx, key, n, sleep)
 }
+
+// LeaseKeysSeen is how many keys l remembers deciding exactly, to lease
+// them at their next round trip.
+func LeaseKeysSeen(l *Limiter) int { return l.leases.Seen() }
+
+// LeaseFromTheFirst makes l take a lease at a key's first round trip, as
+// at every later one, rather than decide it exactly: for step tests of the
+// lease mechanics, whose units are counted from a key's first request. It
+// returns l.
+func LeaseFromTheFirst(l *Limiter) *Limiter {
+	l.leases.LeaseFirst()
+	return l
+}

@@ -21,18 +21,40 @@ import (
 // spend and takes another, in one script call. Default: off (every
 // decision is a round trip).
 //
+// Leases only where they pay: a key's round trip on this instance is an
+// exact decision (the store decides it as without leases; nothing is
+// leased or held) when the instance holds no lease of the key and decided
+// none of its round trips exactly within maxAge — a key's first, and its
+// first after a quiet maxAge; the key's next round trip within maxAge takes
+// a lease. So a key seen once costs one script call, not a take and a
+// hand-back, and the bounds below are unchanged (an exact decision holds
+// no units).
+//
 // The fair share: a lease takes min(size, max(n, ⌊available/2⌋)) units for
 // a request of cost n — never more than half of what the key has left
 // unless n alone needs more — so that a key with little left, or a limit
 // below size, is still shared by the whole fleet down to its last unit,
 // which goes to whoever asks for it. An instance holds at most one lease
 // per key: while its round trip for a key is in flight, other requests for
-// that key in the same process wait for it (bounded by its timeout and
-// their contexts) and then spend from the new lease. A lease round trip
-// runs to its end (at most the limiter's timeout) even if the request that
-// sent it gives up: that caller is denied, as any caller gone is, and its
-// cost is charged, but the lease is kept for the key's next requests rather
-// than lost with its units.
+// that key in the same process wait for it and then spend from the new
+// lease. A lease round trip runs to its end (at most its caller's
+// deadline, below) even if the request that sent it gives up: that caller
+// is denied, as any caller gone is, and its cost is charged, but the lease
+// is kept for the key's next requests rather than lost with its units.
+//
+// One deadline per call: a request the lease cannot serve at once gets a
+// deadline of now + the limiter's timeout (WithTimeout), which bounds
+// together every wait behind the key's round trips in flight (however many
+// follow one another) and its own round trip (the first round trip it
+// waits for, sent by a request that arrived no later than it reached the
+// wait, ends by that request's deadline). When it passes, the request
+// is decided as any timeout is: degraded (fallback or policy), its error
+// wrapping ErrStoreUnavailable and context.DeadlineExceeded, and counted by
+// the breaker — a wait cut off behind another request's round trip is the
+// store not answering in time, as it would have been for a round trip of
+// the request's own — unless the caller's own context ended first (caller
+// gone, not counted). So with leases, as without, a decision takes at most
+// the limiter's timeout (faults/TestLeaseDecisionsKeepTheTimeoutThroughAStall).
 //
 // The bound, for K instances (docs/guarantees.md, proven over K = 1..16 by
 // TestPropertyLeaseBound): each instance holds at most size−1 unspent units
@@ -63,14 +85,21 @@ import (
 //     maxAge old), and each lease takes the whole fair share, so per key
 //     and instance the round trips are at most ⌈admitted/size⌉ plus the
 //     leases that ended early (aged out, cut by the fair share, or too
-//     small for a request) plus the denials; a hot key with at least
-//     2·size units left takes one round trip per size units admitted.
+//     small for a request) plus the denials plus the exact decisions
+//     (above: one for a key's first round trip, and one after each quiet
+//     maxAge or round trip that left no lease); a hot key with at least
+//     2·size units left takes one round trip per size units admitted,
+//     after its first, exact one.
 //
-// The sweep: while this limiter holds leases, a timer (one per limiter,
-// none while it holds none) hands back the units of leases maxAge old and
-// forgets them, so the limiter holds leases only of keys it saw within
-// about maxAge: memory is bounded by the keys it sees per maxAge. Ages are
-// on the limiter's clock (WithClock's, or the monotonic clock); the timer
+// The sweep: while this limiter holds leases or remembers keys it decided
+// exactly, a timer (one per limiter, none while it holds neither) hands
+// back the units of leases maxAge old and forgets them and the keys
+// decided exactly maxAge ago; it runs when the first of them ages out, and
+// at least maxAge/8 after the last run. So memory is bounded by the keys
+// seen within 9/8·maxAge (plus the time a sweep's hand-backs take): one
+// remembered key (its string and a time) for each seen once, one lease for
+// each seen twice — none both (TestLeaseFloodOfOneShotKeys). Ages are on
+// the limiter's clock (WithClock's, or the monotonic clock); the timer
 // runs on the process's clock.
 //
 // Result with leases: Allowed and RetryAfter are this instance's decision;

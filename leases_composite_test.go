@@ -38,7 +38,7 @@ func TestLeaseCompositeSteps(t *testing.T) {
 			clock.Set(proptest.Epoch)
 			// 10 an hour, and a bucket of 20 refilling 1 an hour.
 			newLim := limitersOf(t, algorithm.All(algorithm.FixedWindow(10, time.Hour), algorithm.TokenBucket(1, time.Hour, 20)), st, clock)
-			l, exact := newLim(fleetlimit.WithLeases(4, time.Minute)), newLim()
+			l, exact := fleetlimit.LeaseFromTheFirst(newLim(fleetlimit.WithLeases(4, time.Minute))), newLim()
 			avail := func(key string) []int64 {
 				res, err := exact.Peek(bg, key, 1)
 				require.NoError(t, err)
@@ -73,7 +73,7 @@ func TestLeaseCompositeSteps(t *testing.T) {
 			// window and 12 in the bucket, a lease of max(1, ⌊2/2⌋) = 1,
 			// then 1 again; the third lease is denied by the window and
 			// charges the bucket nothing.
-			l = newLim(fleetlimit.WithLeases(64, time.Minute))
+			l = fleetlimit.LeaseFromTheFirst(newLim(fleetlimit.WithLeases(64, time.Minute)))
 			_, err = exact.AllowN(bg, "v", 8)
 			require.NoError(t, err)
 			for want := int64(1); want >= 0; want-- {
@@ -102,7 +102,7 @@ func TestLeasePenaltySteps(t *testing.T) {
 			clock.Set(proptest.Epoch)
 			// Two denials within an hour: banned for an hour.
 			newLim := limitersOf(t, algorithm.FixedWindow(4, time.Minute), st, clock, fleetlimit.WithPenalty(2, time.Hour, time.Hour, 2*time.Hour))
-			a, b := newLim(fleetlimit.WithLeases(8, time.Second)), newLim(fleetlimit.WithLeases(8, time.Second))
+			a, b := fleetlimit.LeaseFromTheFirst(newLim(fleetlimit.WithLeases(8, time.Second))), fleetlimit.LeaseFromTheFirst(newLim(fleetlimit.WithLeases(8, time.Second)))
 			// a leases max(1, 4/2) = 2 and holds 1.
 			res, err := a.Allow(bg, "u")
 			require.NoError(t, err)
@@ -144,7 +144,7 @@ func TestLeasePenaltyHandBackWhileBanned(t *testing.T) {
 			clock.Set(proptest.Epoch)
 			// One denial: banned for a minute.
 			newLim := limitersOf(t, algorithm.FixedWindow(10, time.Hour), st, clock, fleetlimit.WithPenalty(1, time.Hour, time.Minute, time.Hour))
-			a, b, exact := newLim(fleetlimit.WithLeases(4, time.Second)), newLim(fleetlimit.WithLeases(4, time.Second)), newLim()
+			a, b, exact := fleetlimit.LeaseFromTheFirst(newLim(fleetlimit.WithLeases(4, time.Second))), fleetlimit.LeaseFromTheFirst(newLim(fleetlimit.WithLeases(4, time.Second))), newLim()
 			res, err := a.Allow(bg, "u") // a lease of 4: a holds 3, the window 6
 			require.NoError(t, err)
 			require.True(t, res.Allowed)

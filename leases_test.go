@@ -213,9 +213,14 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 	ledger := newLeaseLedger(s.Strat) // nil but for a sliding log or counter on its own
 	_, penalized := s.Strat.S.(interface{ Unwrap() algorithm.Strategy })
 	leases := make([]map[string]*heldLease, plan.K) // each instance's leases, as observed
+	// Each instance's lease table as the rule of WithLeases keeps it:
+	// entries, when each key's lease (spent or not) was taken; seen, when
+	// each key was decided exactly, its first round trip.
+	entries, seen := make([]map[string]time.Time, plan.K), make([]map[string]time.Time, plan.K)
 	for i := range leases {
-		leases[i] = map[string]*heldLease{}
+		leases[i], entries[i], seen[i] = map[string]*heldLease{}, map[string]time.Time{}, map[string]time.Time{}
 	}
+	young := func(since, at time.Time) bool { age := at.Sub(since); return age >= 0 && age < plan.MaxAge }
 	live := func(l *heldLease, at time.Time) bool {
 		age := at.Sub(l.at)
 		return l != nil && l.left > 0 && age >= 0 && age < plan.MaxAge
@@ -230,6 +235,13 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 					if !live(l, ev.At) {
 						ledger.giveBack(k, l, ev.At)
 						delete(leases[j], k) // handed back
+					}
+				}
+				for _, m := range []map[string]time.Time{entries[j], seen[j]} {
+					for k, since := range m {
+						if !young(since, ev.At) {
+							delete(m, k) // forgotten
+						}
 					}
 				}
 			}
@@ -280,6 +292,24 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 			if couldServe {
 				return fmt.Sprintf("%s: a round trip while the instance's lease (%+v) held the cost", where, mine), outs, nil
 			}
+			// Leases only where they pay: a round trip of a key the
+			// instance holds no lease of and decided none of exactly
+			// within maxAge is exact — it takes nothing and holds nothing
+			// (so no bound gets worse) — and the key's next within maxAge
+			// takes a lease.
+			_, leased := entries[inst][ev.Key]
+			if since, ok := seen[inst][ev.Key]; !leased && (!ok || !young(since, ev.At)) {
+				if res.Allowed {
+					if took := res.Remaining - tightAfter + ev.N; took != ev.N {
+						return fmt.Sprintf("%s: the key's first round trip on the instance took %d units, want an exact decision of %d", where, took, ev.N), outs, nil
+					}
+					ledger.add(ev.Key, ev.At, ev.N)
+				}
+				seen[inst][ev.Key] = ev.At
+				break
+			}
+			delete(seen[inst], ev.Key)
+			delete(entries[inst], ev.Key)
 			ledger.giveBack(ev.Key, mine, ev.At)
 			delete(leases[inst], ev.Key) // handed back, or (a tier change) dropped
 			if !res.Allowed {
@@ -308,6 +338,7 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 			}
 			if took > ev.N {
 				leases[inst][ev.Key] = &heldLease{left: took - ev.N, at: ev.At}
+				entries[inst][ev.Key] = ev.At
 			}
 		default:
 			return fmt.Sprintf("%s: decided by %v with the store up", where, decidedBy), outs, nil
@@ -615,8 +646,8 @@ func TestLeaseSteps(t *testing.T) {
 				require.NoError(t, err)
 				return l
 			}
-			l := newLim(fleetlimit.WithLeases(4, time.Minute),
-				fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { by = append(by, e.DecidedBy) })))
+			l := fleetlimit.LeaseFromTheFirst(newLim(fleetlimit.WithLeases(4, time.Minute),
+				fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { by = append(by, e.DecidedBy) }))))
 			exact := newLim()
 			avail := func() int64 {
 				res, err := exact.Peek(bg, "u", 1)
@@ -713,7 +744,7 @@ func TestLeaseHandBackStaysInItsWindow(t *testing.T) {
 				require.NoError(t, err)
 				return l
 			}
-			l, exact := newLim(fleetlimit.WithLeases(4, time.Minute)), newLim()
+			l, exact := fleetlimit.LeaseFromTheFirst(newLim(fleetlimit.WithLeases(4, time.Minute))), newLim()
 			res, err := l.Allow(bg, "u") // a lease of 4 in the old window, 3 unspent
 			require.NoError(t, err)
 			require.True(t, res.Allowed)
@@ -751,7 +782,7 @@ func newLeaseRig(t *testing.T, st store.Store, s algorithm.Strategy, start time.
 		require.NoError(t, err)
 		return l
 	}
-	r.leased, r.exact = newLim(fleetlimit.WithLeases(size, maxAge)), newLim()
+	r.leased, r.exact = fleetlimit.LeaseFromTheFirst(newLim(fleetlimit.WithLeases(size, maxAge))), newLim()
 	return r
 }
 
@@ -1000,6 +1031,7 @@ func TestLeaseSweepReturnsStrandedUnits(t *testing.T) {
 			quiet, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(clock.Now),
 				fleetlimit.WithTimeout(proptest.Timeout), fleetlimit.WithLeases(8, maxAge))
 			require.NoError(t, err)
+			fleetlimit.LeaseFromTheFirst(quiet)
 			exact, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(clock.Now),
 				fleetlimit.WithTimeout(proptest.Timeout))
 			require.NoError(t, err)
@@ -1038,6 +1070,84 @@ func TestLeaseSweepReturnsStrandedUnits(t *testing.T) {
 			clock.Set(proptest.Epoch.Add(2 * maxAge))
 			require.Eventually(t, func() bool { return avail(keys[0]) == 10-2 }, 20*time.Second, time.Millisecond)
 			require.Equal(t, 0, fleetlimit.LeasesHeld(quiet))
+		})
+	}
+}
+
+// A flood of one-shot keys with leases, on every store: each key's one
+// request is an exact decision (one round trip, DecidedByStore, exactly its
+// own unit charged: no lease holds units of it), the limiter holds no
+// lease, and it remembers the keys it decided exactly only until the sweep
+// finds them maxAge old — at most the keys first seen within the last
+// 9/8·maxAge when the sweep runs every maxAge/8, as its timer does at the
+// least. A key's second request within maxAge takes a lease.
+func TestLeaseFloodOfOneShotKeys(t *testing.T) {
+	const (
+		maxAge  = time.Second
+		step    = maxAge / 8
+		perStep = 50
+		steps   = 24 // 3·maxAge
+	)
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			p := redistest.Prefix()
+			clock := &fakeclock.Clock{}
+			clock.Set(proptest.Epoch)
+			var byStore, byLease int
+			l, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(clock.Now),
+				fleetlimit.WithTimeout(proptest.Timeout), fleetlimit.WithLeases(8, maxAge),
+				fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) {
+					switch e.DecidedBy {
+					case fleetlimit.DecidedByStore:
+						byStore++
+					case fleetlimit.DecidedByLease:
+						byLease++
+					}
+				})))
+			require.NoError(t, err)
+			sweep := fleetlimit.SweepLeasesByHand(l)
+			exact, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithKeyPrefix(p), fleetlimit.WithClock(clock.Now),
+				fleetlimit.WithTimeout(proptest.Timeout))
+			require.NoError(t, err)
+			for s := range steps {
+				at := proptest.Epoch.Add(time.Duration(s) * step)
+				clock.Set(at)
+				sweep(at)
+				for i := range perStep {
+					res, err := l.Allow(bg, fmt.Sprintf("k%d-%d", s, i))
+					require.NoError(t, err)
+					require.True(t, res.Allowed)
+					require.Equal(t, int64(9), res.Remaining, "an exact decision's Remaining is the store's")
+				}
+				require.Zero(t, fleetlimit.LeasesHeld(l), "step %d: a lease of a key seen once", s)
+				require.LessOrEqual(t, fleetlimit.LeaseKeysSeen(l), 9*perStep, "step %d: more keys remembered than seen within 9/8·maxAge", s)
+				require.GreaterOrEqual(t, fleetlimit.LeaseKeysSeen(l), min(s+1, 8)*perStep, "step %d: a key younger than maxAge forgotten", s)
+			}
+			require.Equal(t, steps*perStep, byStore, "one round trip per one-shot key")
+			require.Zero(t, byLease)
+			res, err := exact.Peek(bg, "k0-0", 1)
+			require.NoError(t, err)
+			require.Equal(t, int64(10-1), available(res), "the store charged the key's one unit and holds nothing for a lease")
+			end := proptest.Epoch.Add(steps*step + maxAge)
+			clock.Set(end)
+			sweep(end)
+			require.Zero(t, fleetlimit.LeaseKeysSeen(l), "every key maxAge old is forgotten")
+
+			// Repeat traffic: the second request within maxAge takes a lease
+			// (min(8, max(1, ⌊(10−1)/2⌋)) = 4 units), the third spends it.
+			for i, want := range []fleetlimit.Decider{fleetlimit.DecidedByStore, fleetlimit.DecidedByStore, fleetlimit.DecidedByLease} {
+				byStore, byLease = 0, 0
+				res, err := l.Allow(bg, "hot")
+				require.NoError(t, err)
+				require.True(t, res.Allowed)
+				require.Equal(t, want == fleetlimit.DecidedByLease, byLease == 1, "request %d", i)
+			}
+			require.Equal(t, 1, fleetlimit.LeasesHeld(l))
+			require.Zero(t, fleetlimit.LeaseKeysSeen(l), "a leased key is no longer remembered as seen")
+			res, err = exact.Peek(bg, "hot", 1)
+			require.NoError(t, err)
+			require.Equal(t, int64(10-1-4), available(res))
+			require.NoError(t, l.Close())
 		})
 	}
 }

@@ -267,6 +267,7 @@ type call struct {
 	m     *mode
 	req   store.Request
 	sent  time.Time          // when the request left for the store, for the in-process caches (zero without them)
+	lease lease.Call         // with leases, once the lease cannot serve: the deadline (now + the limiter's timeout) of every wait and round trip of the call
 	epoch uint64             // the denial cache's shard epoch at its look-up, for learn
 	ci    *circuit           // the key's circuit; nil without a breaker
 	probe probe              // this call's probe of an open circuit; 0: none
@@ -378,14 +379,8 @@ func checkKey(key string) error {
 func (l *Limiter) local(ctx context.Context, c *call) (res Result, o outcome, ok bool, err error) {
 	req, m := &c.req, c.m
 	if ls := m.leases; ls != nil {
-		// req.Now is zero without WithClock: the lease reads the
-		// monotonic clock, once.
-		d, served, err := ls.Serve(ctx, req.Key, req.Strategy, req.N, req.Now)
-		if err != nil {
-			return l.none(), outcome(DecidedByCaller), true, callerGone(req.Key, err)
-		}
-		if served {
-			return resultOf(req.Strategy, d), outcome(DecidedByLease), true, nil
+		if res, o, ok, err := l.fromLease(ctx, c, ls); ok {
+			return res, o, true, err
 		}
 	} else if ls := m.looks; ls != nil {
 		if d, served := ls.Spend(req.Key, req.Strategy, req.N, req.Now, true); served {
@@ -402,6 +397,44 @@ func (l *Limiter) local(ctx context.Context, c *call) (res Result, o outcome, ok
 			return aged(resultOf(req.Strategy, d), age), outcome(DecidedByCache), true, nil
 		}
 		c.epoch = epoch
+	}
+	return Result{}, 0, false, nil
+}
+
+// fromLease decides the call from the key's lease ls when it can (ok),
+// waiting out the key's lease round trips in flight until the call's
+// deadline, which it sets (now + the limiter's timeout) once the lease
+// cannot serve at once; a deadline that passes is the store's timeout,
+// counted by the key's circuit and decided degraded. Otherwise it leaves
+// req.Timeout what remains of the deadline, for the store's stages.
+func (l *Limiter) fromLease(ctx context.Context, c *call, ls *lease.Table) (res Result, o outcome, ok bool, err error) {
+	req := &c.req
+	// req.Now is zero without WithClock: the lease reads the monotonic
+	// clock, once.
+	if d, served := ls.Spend(req.Key, req.Strategy, req.N, req.Now, false); served {
+		return resultOf(req.Strategy, d), outcome(DecidedByLease), true, nil
+	}
+	c.lease.Deadline = time.Now().Add(l.cfg.timeout)
+	d, served, err := ls.Serve(ctx, req.Key, req.Strategy, req.N, req.Now, &c.lease)
+	if err == nil && !served {
+		if req.Timeout = time.Until(c.lease.Deadline); req.Timeout <= 0 {
+			err = lease.ErrDeadline
+		}
+	}
+	switch {
+	case errors.Is(err, lease.ErrDeadline):
+		// A wait behind another call's round trip that outlived this
+		// call's timeout is the store not answering in time, as a round
+		// trip of its own that times out is.
+		if b := l.cfg.breaker; b != nil {
+			c.ci = b.circuitFor(c.m.op, req.Key)
+		}
+		res, o, err := l.failed(ctx, c, err)
+		return res, o, true, err
+	case err != nil:
+		return l.none(), outcome(DecidedByCaller), true, callerGone(req.Key, err)
+	case served:
+		return resultOf(req.Strategy, d), outcome(DecidedByLease), true, nil
 	}
 	return Result{}, 0, false, nil
 }
@@ -423,8 +456,10 @@ func (l *Limiter) remote(ctx context.Context, c *call) error {
 	case c.probe != 0:
 		c.d, err = l.probe(ctx, c.m.op, c.req, c.ci, c.probe) // which tells the circuit how it went
 		return err
+	case c.m.leases != nil && c.m.leases.First(c.req.Key, c.sent):
+		c.d, err = c.m.op.Decide(ctx, c.req) // a key's first: exact, no lease
 	case c.m.leases != nil:
-		c.d, served, err = c.m.leases.Take(ctx, c.req.Key, c.req.Strategy, c.req.N, c.req.Now, c.sent, c.req.Timeout, l.leaseTrip(c.req))
+		c.d, served, err = c.m.leases.Take(ctx, c.req.Key, c.req.Strategy, c.req.N, c.req.Now, c.sent, &c.lease, l.leaseTrip(c.req))
 	default:
 		c.d, err = c.m.op.Decide(ctx, c.req)
 	}

@@ -148,7 +148,7 @@ func TestObserverScrape(t *testing.T) {
 				`fleetlimit_shadow_admissions_total{limiter="leased"}`:                    0,
 				`fleetlimit_decision_duration_seconds_count{limiter="leased"}`:            10,
 				`fleetlimit_breaker_state{limiter="leased"}`:                              0,
-				`fleetlimit_local_decisions_total{by="lease",limiter="leased"}`:           4,
+				`fleetlimit_local_decisions_total{by="lease",limiter="leased"}`:           3,
 				`fleetlimit_local_decisions_total{by="cache",limiter="leased"}`:           1,
 
 				// No breaker, no breaker gauge.

@@ -1,8 +1,10 @@
 // Package lease keeps the leases of one limiter (fleetlimit.WithLeases):
 // for each key at most one lease, a block of the key's capacity taken from
 // the store in one round trip and spent in process, with no round trip,
-// until it is spent or MaxAge old. It knows nothing of stores: the round
-// trip that takes a lease is a function the caller gives Take.
+// until it is spent or MaxAge old; and the keys whose last round trip was
+// an exact decision (First), so that only keys with repeat traffic lease.
+// It knows nothing of stores: the round trip that takes a lease is a
+// function the caller gives Take.
 //
 // The bounds a Table keeps (each instance holds at most size−1 unspent
 // units of a key; a round trip only when the lease cannot serve) are
@@ -13,6 +15,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -31,15 +34,19 @@ type Table struct {
 	clock     keyed.Clock
 	installed func() // called after a lease is installed (the sweep's timer)
 	shards    keyed.Shards[shard]
+	// leaseFirst: First never answers exact (LeaseFirst), for tests of the
+	// lease mechanics that count units from a key's first request.
+	leaseFirst bool
 }
 
 type shard struct {
-	// mu guards m: Spend holds it for reading (many spends of one key run
-	// at once, each taking its units from left atomically); whatever
-	// replaces or removes a lease, or reads left to hand it back, holds it
-	// for writing, so no spend runs then.
-	mu sync.RWMutex
-	m  map[string]*lease // guarded by mu
+	// mu guards m and seen: Spend holds it for reading (many spends of one
+	// key run at once, each taking its units from left atomically);
+	// whatever replaces or removes a lease, or reads left to hand it back,
+	// or touches seen, holds it for writing, so no spend runs then.
+	mu   sync.RWMutex
+	m    map[string]*lease    // guarded by mu
+	seen map[string]time.Time // keys decided exactly (First), and when; guarded by mu
 }
 
 // lease is a key's lease.
@@ -53,6 +60,7 @@ type lease struct {
 	reset    time.Duration // the grant's ResetAfter
 	pending  bool          // a round trip for the key is in flight: no lease yet
 	ready    chan struct{} // when pending: closed once the round trip is over
+	until    time.Time     // when pending: the round trip's deadline
 }
 
 // New returns an empty table of leases of up to size units that live
@@ -60,7 +68,7 @@ type lease struct {
 // the table's) each time a lease is installed.
 func New(size int64, maxAge time.Duration, clock keyed.Clock, installed func()) *Table {
 	t := &Table{size: size, maxAge: maxAge, clock: clock, installed: installed, shards: keyed.NewShards[shard](keyed.MaxShards)}
-	t.shards.Each(func(sh *shard) { sh.m = make(map[string]*lease) })
+	t.shards.Each(func(sh *shard) { sh.m, sh.seen = make(map[string]*lease), make(map[string]time.Time) })
 	return t
 }
 
@@ -89,33 +97,77 @@ func (t *Table) Spend(key string, s algorithm.Strategy, n int64, now time.Time, 
 	}
 }
 
+// Call is one decision's part in the table, across Serve and Take: its
+// deadline, on the process's clock (the caller sets it: now + its
+// timeout), which bounds its waits and its round trip; and whether it has
+// waited for a round trip yet.
+type Call struct {
+	Deadline time.Time
+	waited   bool
+}
+
 // Serve is Spend, except that while a round trip for the key is in flight
 // it waits for it (and for any that follows) and then spends from the
 // lease it installed. It returns ctx's error if ctx is done first, or
-// once a round trip it waited for is over.
-func (t *Table) Serve(ctx context.Context, key string, s algorithm.Strategy, n int64, now time.Time) (algorithm.Decision, bool, error) {
+// once a round trip it waited for is over; and ErrDeadline once c's
+// deadline has passed, however many round trips it waited for.
+func (t *Table) Serve(ctx context.Context, key string, s algorithm.Strategy, n int64, now time.Time, c *Call) (algorithm.Decision, bool, error) {
 	for {
 		if d, ok := t.Spend(key, s, n, now, false); ok {
 			return d, true, nil
 		}
-		ready := t.inFlight(key)
-		if ready == nil {
+		flight := t.inFlight(key)
+		if flight == nil {
 			return algorithm.Decision{}, false, nil
 		}
-		if err := wait(ctx, ready); err != nil {
+		if err := c.wait(ctx, flight); err != nil {
 			return algorithm.Decision{}, false, err
 		}
 	}
 }
 
-// wait returns when ready is closed, or with ctx's error when ctx is done
-// (also if both happened: the caller is gone either way).
-func wait(ctx context.Context, ready <-chan struct{}) error {
+// ErrDeadline is the error of a wait or a round trip that the call's
+// deadline (Serve's and Take's) cut off, while the caller's own context
+// was not done: the store did not answer in time.
+var ErrDeadline = fmt.Errorf("lease: the call's deadline passed: %w", context.DeadlineExceeded)
+
+// wait returns when flight's round trip is over, with ctx's error when
+// ctx is done (also if both happened: the caller is gone either way), or
+// ErrDeadline once c's deadline has passed.
+//
+// The first round trip a call waits for was sent by a call that arrived
+// before it, or by the one that won the race to send the round trip this
+// call was about to send: its deadline is at most the in-process time
+// the call took to meet it past the call's own, and it ends by then, so
+// the call waits for it with no timer — as it does for any round trip
+// whose deadline is no later than its own. Only a wait behind a later
+// round trip allocates a timer.
+func (c *Call) wait(ctx context.Context, flight *lease) error {
+	first := !c.waited
+	c.waited = true
+	if first || !flight.until.After(c.Deadline) {
+		select {
+		case <-flight.ready:
+		case <-ctx.Done():
+		}
+		return ctx.Err()
+	}
+	left := time.Until(c.Deadline)
+	if left <= 0 {
+		return ErrDeadline
+	}
+	timer := time.NewTimer(left)
+	defer timer.Stop()
 	select {
-	case <-ready:
+	case <-flight.ready:
 		return ctx.Err()
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-timer.C:
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return ErrDeadline
 	}
 }
 
@@ -132,16 +184,53 @@ func (t *Table) serves(e *lease, s algorithm.Strategy, n int64, now time.Time) (
 	return age, age >= 0 && age < t.maxAge
 }
 
-// inFlight returns a channel closed when the key's lease round trip now in
-// flight is over, or nil when there is none.
-func (t *Table) inFlight(key string) <-chan struct{} {
+// inFlight returns the key's lease round trip now in flight (pending), or
+// nil when there is none.
+func (t *Table) inFlight(key string) *lease {
 	sh := t.shards.Of(key)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
 	if e := sh.m[key]; e != nil && e.pending {
-		return e.ready
+		return e
 	}
 	return nil
+}
+
+// First reports whether the round trip for key at now (zero: the monotonic
+// clock's now) should be an exact decision rather than a lease: when the
+// table holds no lease of the key (spent or not, nor one in flight) and
+// decided none of its round trips exactly in the last maxAge. It then
+// remembers the key as seen at now, until the key's next round trip
+// (which takes a lease: the key shows repeat traffic) or until End finds
+// it maxAge old. So a key seen once costs one plain decision and holds no
+// units, and the table leases only keys seen at least twice within
+// maxAge.
+func (t *Table) First(key string, now time.Time) bool {
+	if t.leaseFirst {
+		return false
+	}
+	sh := t.shards.Of(key)
+	sh.mu.Lock()
+	if sh.m[key] != nil {
+		sh.mu.Unlock()
+		return false
+	}
+	if at, ok := sh.seen[key]; ok {
+		if age := t.clock.Since(at, now); age >= 0 && age < t.maxAge {
+			delete(sh.seen, key)
+			sh.mu.Unlock()
+			return false
+		}
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	sh.seen[key] = now
+	sh.mu.Unlock()
+	if t.installed != nil {
+		t.installed() // End must age it out
+	}
+	return true
 }
 
 // Trip is the round trip that takes a lease on terms: the store's Lease
@@ -151,17 +240,18 @@ type Trip func(ctx context.Context, terms algorithm.LeaseTerms) (algorithm.Grant
 // Take decides a request of cost n for key under s through the store by a
 // lease: it hands back the key's previous lease, if any, and takes a new
 // one of up to size units, in one round trip (trip, given ctx without its
-// cancellation: the round trip runs to its end, bounded by timeout, even
+// cancellation: the round trip runs to its end, bounded by c's deadline, even
 // if the caller gives up, and the lease keeps what it took). now is the
-// request's time (zero: the monotonic clock's now) and sent the time its
-// lease is dated from.
+// request's time (zero: the monotonic clock's now), sent the time its
+// lease is dated from, and c the call (its deadline).
 //
 // Should another round trip for the key be in flight, Take waits for it
-// (ctx bounds the wait) and then spends from the lease it installed, as
-// Serve does; served then reports a decision made from a lease, not by the
-// store. The Decision's Remaining, after a round trip, counts what the new
-// lease holds.
-func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n int64, now, sent time.Time, timeout time.Duration, trip Trip) (d algorithm.Decision, served bool, err error) {
+// (ctx and c's deadline bound the wait, as Serve's) and then spends from the
+// lease it installed; served then reports a decision made from a lease,
+// not by the store. A deadline already passed when the round trip would
+// be sent returns ErrDeadline, and nothing is sent. The Decision's
+// Remaining, after a round trip, counts what the new lease holds.
+func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n int64, now, sent time.Time, c *Call, trip Trip) (d algorithm.Decision, served bool, err error) {
 	sh := t.shards.Of(key)
 	for {
 		sh.mu.Lock()
@@ -173,7 +263,7 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 		}
 		sh.mu.Unlock()
 		if e.pending {
-			if err := wait(ctx, e.ready); err != nil {
+			if err := c.wait(ctx, e); err != nil {
 				return algorithm.Decision{}, false, err
 			}
 		}
@@ -181,19 +271,23 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 			return d, true, nil
 		}
 	}
+	if time.Until(c.Deadline) <= 0 {
+		sh.mu.Unlock()
+		return algorithm.Decision{}, false, ErrDeadline
+	}
 	e := sh.m[key]
 	terms := algorithm.LeaseTerms{Want: max(n, t.size)}
 	if left := leftOf(e); left > 0 && rule.Same(e.strategy, s) {
 		terms.Back, terms.BackAt = left, e.storeAt // no spend runs: sh.mu is held
 	}
-	flight := &lease{pending: true, ready: make(chan struct{})}
+	flight := &lease{pending: true, ready: make(chan struct{}), until: c.Deadline}
 	sh.m[key] = flight
 	sh.mu.Unlock()
 
 	var g algorithm.Grant
 	err = errPanicked // until trip returns
 	defer t.land(sh, key, flight, s, n, sent, &g, &err)
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	tctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.Deadline)
 	defer cancel()
 	g, err = trip(tctx, terms)
 	if err != nil {
@@ -260,9 +354,10 @@ type Held struct {
 }
 
 // End removes the leases that are maxAge old at now (or, with all, every
-// lease) — none in flight — and returns those that hold units; and how
-// soon the first lease still held will age out, or -1 when none is. A
-// lease with a negative age (a clock that went back) ends too.
+// lease) — none in flight — and returns those that hold units, and
+// forgets the keys First saw that long ago; and how soon the first lease
+// or key still held will age out, or -1 when none is. A lease or key with
+// a negative age (a clock that went back) ends too.
 func (t *Table) End(now time.Time, all bool) (held []Held, next time.Duration) {
 	next = -1
 	t.shards.Each(func(sh *shard) {
@@ -282,6 +377,14 @@ func (t *Table) End(now time.Time, all bool) (held []Held, next time.Duration) {
 				next = rest
 			}
 		}
+		for k, at := range sh.seen {
+			age := t.clock.Since(at, now)
+			if all || age >= t.maxAge || age < 0 {
+				delete(sh.seen, k)
+			} else if rest := t.maxAge - age; next < 0 || rest < next {
+				next = rest
+			}
+		}
 	})
 	return held, next
 }
@@ -293,6 +396,19 @@ func (t *Table) Len() int {
 		sh.mu.RLock()
 		defer sh.mu.RUnlock()
 		return len(sh.m)
+	})
+}
+
+// LeaseFirst makes First answer false for every key, so that a key's
+// first round trip takes a lease. Call it before the table is used.
+func (t *Table) LeaseFirst() { t.leaseFirst = true }
+
+// Seen is how many keys First remembers as decided exactly.
+func (t *Table) Seen() int {
+	return t.shards.Sum(func(sh *shard) int {
+		sh.mu.RLock()
+		defer sh.mu.RUnlock()
+		return len(sh.seen)
 	})
 }
 

@@ -16,6 +16,9 @@ var (
 	tb = algorithm.TokenBucket(100, time.Second, 100)
 )
 
+// later is a call's deadline that no test reaches.
+func later() time.Time { return time.Now().Add(time.Hour) }
+
 // grant is a Trip that grants units (all admitted, limit 100) at at and
 // records the terms it was given.
 func grant(units int64, at int64, got *[]algorithm.LeaseTerms) Trip {
@@ -29,7 +32,7 @@ func TestTakeThenSpend(t *testing.T) {
 	installed := 0
 	tab := New(10, time.Minute, keyed.Clock{Exact: true}, func() { installed++ })
 	var terms []algorithm.LeaseTerms
-	d, served, err := tab.Take(context.Background(), "k", tb, 2, t0, t0, time.Second, grant(10, 7, &terms))
+	d, served, err := tab.Take(context.Background(), "k", tb, 2, t0, t0, &Call{Deadline: later()}, grant(10, 7, &terms))
 	if err != nil || served || !d.Allowed {
 		t.Fatalf("Take = %+v, %v, %v", d, served, err)
 	}
@@ -58,7 +61,7 @@ func TestTakeThenSpend(t *testing.T) {
 		t.Error("served a lease maxAge old")
 	}
 	// The next take hands back the 5 left, naming the lease by its At.
-	if _, _, err := tab.Take(context.Background(), "k", tb, 6, t0, t0, time.Second, grant(10, 9, &terms)); err != nil {
+	if _, _, err := tab.Take(context.Background(), "k", tb, 6, t0, t0, &Call{Deadline: later()}, grant(10, 9, &terms)); err != nil {
 		t.Fatal(err)
 	}
 	if want := (algorithm.LeaseTerms{Want: 10, Back: 5, BackAt: 7}); terms[1] != want {
@@ -78,7 +81,7 @@ func TestServeWaitsForTheRoundTripInFlight(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, time.Second, slow); err != nil {
+		if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, &Call{Deadline: later()}, slow); err != nil {
 			t.Error(err)
 		}
 	})
@@ -86,13 +89,13 @@ func TestServeWaitsForTheRoundTripInFlight(t *testing.T) {
 	// A caller whose context ends while it waits is let go with its error.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, served, err := tab.Serve(ctx, "k", tb, 1, t0); served || !errors.Is(err, context.Canceled) {
+	if _, served, err := tab.Serve(ctx, "k", tb, 1, t0, &Call{Deadline: later()}); served || !errors.Is(err, context.Canceled) {
 		t.Errorf("Serve with a cancelled ctx = %v, %v", served, err)
 	}
 	// One that waits is served from the lease the round trip installs.
 	done := make(chan algorithm.Decision)
 	go func() {
-		d, served, err := tab.Serve(context.Background(), "k", tb, 4, t0)
+		d, served, err := tab.Serve(context.Background(), "k", tb, 4, t0, &Call{Deadline: later()})
 		if !served || err != nil {
 			t.Errorf("Serve = %v, %v", served, err)
 		}
@@ -112,14 +115,14 @@ func TestAPanickingTripReleasesWaiters(t *testing.T) {
 	tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
 	func() {
 		defer func() { _ = recover() }()
-		_, _, _ = tab.Take(context.Background(), "k", tb, 1, t0, t0, time.Second, func(context.Context, algorithm.LeaseTerms) (algorithm.Grant, error) {
+		_, _, _ = tab.Take(context.Background(), "k", tb, 1, t0, t0, &Call{Deadline: later()}, func(context.Context, algorithm.LeaseTerms) (algorithm.Grant, error) {
 			panic("boom")
 		})
 	}()
 	if tab.Len() != 0 {
 		t.Fatalf("a panicked flight stayed: Len %d", tab.Len())
 	}
-	if _, served, err := tab.Serve(context.Background(), "k", tb, 1, t0); served || err != nil {
+	if _, served, err := tab.Serve(context.Background(), "k", tb, 1, t0, &Call{Deadline: later()}); served || err != nil {
 		t.Errorf("Serve after the panic = %v, %v; want not served, no wait", served, err)
 	}
 }
@@ -129,7 +132,7 @@ func TestEndAndForget(t *testing.T) {
 	var terms []algorithm.LeaseTerms
 	for i, k := range []string{"a", "b", "c"} {
 		at := t0.Add(time.Duration(i) * 10 * time.Second)
-		if _, _, err := tab.Take(context.Background(), k, tb, 1, at, at, time.Second, grant(10, int64(i), &terms)); err != nil {
+		if _, _, err := tab.Take(context.Background(), k, tb, 1, at, at, &Call{Deadline: later()}, grant(10, int64(i), &terms)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,5 +151,102 @@ func TestEndAndForget(t *testing.T) {
 	// All: c is ended too, but holds nothing to hand back.
 	if held, next := tab.End(t0, true); len(held) != 0 || next != -1 || tab.Len() != 0 {
 		t.Errorf("End(all) = %+v, %v, Len %d", held, next, tab.Len())
+	}
+}
+
+// One deadline per call: it bounds a wait behind a later round trip of
+// the key (ErrDeadline, not the caller's error, while the round trip goes
+// on), is the deadline of the call's own round trip, and a call whose
+// deadline has passed sends nothing.
+func TestTheCallsDeadlineBoundsItsWaitsAndItsRoundTrip(t *testing.T) {
+	tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
+	release, entered := make(chan struct{}), make(chan struct{})
+	var terms []algorithm.LeaseTerms
+	owner := later()
+	var tripDeadline time.Time
+	slow := func(ctx context.Context, lt algorithm.LeaseTerms) (algorithm.Grant, error) {
+		tripDeadline, _ = ctx.Deadline()
+		close(entered)
+		<-release
+		return grant(10, 1, &terms)(ctx, lt)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, &Call{Deadline: owner}, slow); err != nil {
+			t.Error(err)
+		}
+	})
+	<-entered
+	if !tripDeadline.Equal(owner) {
+		t.Errorf("the round trip's deadline %v, want the call's %v", tripDeadline, owner)
+	}
+	// Behind the flight, in Serve and in Take, calls that have waited for
+	// an earlier round trip (this one's deadline is past theirs): let go
+	// at their deadline.
+	for name, wait := range map[string]func(time.Time) error{
+		"Serve": func(dl time.Time) error {
+			_, _, err := tab.Serve(context.Background(), "k", tb, 1, t0, &Call{Deadline: dl, waited: true})
+			return err
+		},
+		"Take": func(dl time.Time) error {
+			_, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, &Call{Deadline: dl, waited: true}, slow)
+			return err
+		},
+	} {
+		if err := wait(time.Now().Add(10 * time.Millisecond)); !errors.Is(err, ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s behind a flight past its deadline: %v, want ErrDeadline", name, err)
+		}
+	}
+	close(release)
+	wg.Wait()
+	// A deadline already passed: nothing sent, even with no lease to wait for.
+	sent := false
+	_, _, err := tab.Take(context.Background(), "other", tb, 1, t0, t0, &Call{Deadline: time.Now().Add(-time.Millisecond)},
+		func(context.Context, algorithm.LeaseTerms) (algorithm.Grant, error) {
+			sent = true
+			return algorithm.Grant{}, nil
+		})
+	if !errors.Is(err, ErrDeadline) || sent {
+		t.Errorf("Take past its deadline: %v, sent %v; want ErrDeadline, nothing sent", err, sent)
+	}
+	if len(terms) != 1 || tab.Len() != 1 {
+		t.Errorf("%d round trips, %d leases; want the one flight's", len(terms), tab.Len())
+	}
+}
+
+// First: a key's first round trip is exact, and remembered; its next
+// within maxAge leases (and is forgotten as seen); one maxAge old, or
+// forgotten by End, is a first again; a key with a lease is never a first.
+func TestFirstLeasesOnlyRepeatTraffic(t *testing.T) {
+	tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
+	steps := []struct {
+		key  string
+		at   time.Duration
+		want bool
+		why  string
+	}{
+		{"a", 0, true, "a's first"},
+		{"a", time.Second, false, "a again within maxAge: lease it"},
+		{"a", 2 * time.Second, true, "no lease was installed, nothing seen since the lease round trip"},
+		{"a", 2*time.Second + time.Minute, true, "seen maxAge ago: a first again"},
+		{"b", 0, true, "b's first"},
+	}
+	for _, s := range steps {
+		if got := tab.First(s.key, t0.Add(s.at)); got != s.want {
+			t.Errorf("First(%s, +%v) = %v, want %v: %s", s.key, s.at, got, s.want, s.why)
+		}
+	}
+	if tab.Seen() != 2 {
+		t.Errorf("Seen = %d, want a and b", tab.Seen())
+	}
+	if _, next := tab.End(t0.Add(2*time.Minute), false); tab.Seen() != 1 || next != 2*time.Second {
+		t.Errorf("End at +2m: Seen %d, next %v; want b forgotten, a (seen at +1m2s) left, due in 2s", tab.Seen(), next)
+	}
+	var terms []algorithm.LeaseTerms
+	if _, _, err := tab.Take(context.Background(), "c", tb, 1, t0, t0, &Call{Deadline: later()}, grant(10, 1, &terms)); err != nil {
+		t.Fatal(err)
+	}
+	if tab.First("c", t0) {
+		t.Error("First of a key with a lease")
 	}
 }

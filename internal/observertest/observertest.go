@@ -44,11 +44,13 @@ func fixedClock(t time.Time) func() time.Time { return func() time.Time { return
 //     stays closed.
 //   - rollout (3 a minute, shadow): 3 admitted, 2 denied by the store and
 //     let through (shadow admissions).
-//   - leased (8 a minute, WithLeases(4), WithDenialCache): the store's
-//     round trips take leases of 4, 2, 1 and 1 (the fair share of the 8,
-//     4, 2 and 1 left), each admitting one request and leaving 3, 1, 0 and
-//     0 units: 4 admitted by the store, 4 by a lease; then 1 denied by the
-//     store and its repeat denied by the cache.
+//   - leased (8 a minute, WithLeases(4), WithDenialCache): the key's first
+//     round trip is exact (7 left); the next ones take leases of 3, 2 and
+//     1 (the fair share of the 7, 4 and 2 left), each admitting one
+//     request and leaving 2, 1 and 0 units; the last, a lease of no more
+//     than the request, installs none, so the next round trip is exact
+//     again (0 left): 5 admitted by the store, 3 by a lease; then 1 denied
+//     by the store and its repeat denied by the cache.
 //   - bare (3 a minute, WithoutBreaker): a cost of 2 admitted by the store.
 //
 // The decisions of one limiter are made in that order, one at a time.
