@@ -55,10 +55,11 @@ type Limiter struct {
 	strategy algorithm.Strategy // the limiter's own (Strategy)
 	rule     algorithm.Strategy // strategy as applied to keys: in its penalty box (WithPenalty) if any
 	store    store.Store
-	fallback *fallback     // nil unless the policy is FailLocal
-	denials  *denial.Cache // nil without WithDenialCache
-	leases   *lease.Table  // nil without WithLeases
-	sweep    *sweeper      // the leases' sweep; nil without WithLeases
+	fallback *fallback      // nil unless the policy is FailLocal
+	denials  *denial.Cache  // nil without WithDenialCache
+	leases   *lease.Table   // nil without WithLeases
+	sweep    *sweeper       // the leases' sweep; nil without WithLeases
+	ov       *overrideTable // nil without WithOverrides
 	// The pipeline's modes, one per entry point.
 	allow, peek, refund mode
 	cfg                 config
@@ -127,6 +128,9 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		l.leases = lease.New(cfg.leaseSize, cfg.leaseMaxAge, clock, l.sweep.arm)
 	}
 	l.buildModes()
+	if l.ov, err = newOverrideTable(l); err != nil {
+		return nil, err
+	}
 	if err := claimKeys(l); err != nil {
 		return nil, err
 	}
@@ -272,6 +276,7 @@ type call struct {
 // the first stage that decides ends it:
 //
 //  1. start: validate the call, check the caller, apply the key's tier;
+//     then its override (WithOverrides), which may decide it in process;
 //  2. local: in process — the key's lease, then a remembered denial;
 //  3. remote: the store, through the key's circuit — a probe, a lease
 //     round trip, or the mode's operation — and the breaker told how the
@@ -286,6 +291,11 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, m *mode) (Res
 	c := call{m: m}
 	if o, err := l.start(ctx, &c, key, n); err != nil {
 		return l.none(), o, err
+	}
+	if l.ov != nil {
+		if res, o, ok := l.overridden(ctx, &c); ok {
+			return res, o, nil
+		}
 	}
 	if m.local {
 		if res, o, ok, err := l.local(ctx, &c); ok {

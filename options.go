@@ -48,6 +48,7 @@ type config struct {
 	leaseSize         int64                                                     // WithLeases; 0: none
 	leaseMaxAge       time.Duration                                             // WithLeases
 	penalty           *algorithm.Penalty
+	overrides         time.Duration // WithOverrides' refresh; 0: none
 
 	errs []error
 }
