@@ -81,13 +81,15 @@ func BenchmarkAllowN(b *testing.B) {
 	// A dead store behind an open breaker: what each request costs during an
 	// outage once the breaker has opened (without it: a full timeout).
 	b.Run("circuit-open", func(b *testing.B) {
-		dead := store.NewMemory()
-		_ = dead.Close()
+		dead := stores.Down(b)
 		br, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1, Clock: func() time.Time { return proptest.Epoch }})
 		if err != nil {
 			b.Fatal(err)
 		}
-		l, err := fleetlimit.New(algorithm.TokenBucket(100, time.Second, 100), dead, fleetlimit.WithBreaker(br))
+		// FailOpen: every short-circuited call is admitted, however many
+		// (FailLocal's in-process limit would start denying after 100).
+		l, err := fleetlimit.New(algorithm.TokenBucket(100, time.Second, 100), dead, fleetlimit.WithBreaker(br),
+			fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
 		if err != nil {
 			b.Fatal(err)
 		}

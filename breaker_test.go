@@ -295,13 +295,11 @@ func TestBreakerShared(t *testing.T) {
 // A decision cut short by the breaker allocates nothing (the happy path's
 // allocations are measured by BenchmarkAllowN).
 func TestCircuitOpenDoesNotAllocate(t *testing.T) {
-	mem := store.NewMemory()
-	require.NoError(t, mem.Close())
-	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), mem,
+	l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), stores.Down(t),
 		fleetlimit.WithBreaker(newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1, Clock: fixedClock(proptest.Epoch)})))
 	require.NoError(t, err)
 	_, err = l.Allow(bg, "u")
-	require.ErrorIs(t, err, store.ErrClosed, "a closed store is an availability failure")
+	require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, "a refused connection is an availability failure")
 	allocs := testing.AllocsPerRun(100, func() {
 		if _, err := l.Allow(bg, "u"); !errors.Is(err, fleetlimit.ErrCircuitOpen) {
 			t.Fatal(err)

@@ -19,9 +19,12 @@ const (
 	// FailLocal decides the request in this process: the limiter's strategy
 	// at limit / instances, applied in an in-process store (see
 	// WithFallback; by default instances is 1, in a store.Memory that every
-	// default limiter of the process shares). An outage thus costs at most
-	// K times the limit with K instances, never an unbounded flood, and a
-	// client who stays under the limit is not refused. The Result is the
+	// default limiter of the process shares). With K instances a window
+	// inside an outage thus admits at most K times the limit, and one that
+	// spans its start or end at most K+1 times (the fallbacks start empty
+	// beside what the store admitted; TestFallbackBoundAcrossTheOutage),
+	// never an unbounded flood, and a client who stays under the limit is
+	// not refused. The Result is the
 	// local decision's, with its real Remaining. This is the default.
 	//
 	// The shared default store sweeps by the latest time its callers pass
@@ -122,8 +125,11 @@ func (fb *fallback) ruleFor(s algorithm.Strategy, tiered bool) algorithm.Strateg
 // process.
 //
 // With instances set to the fleet's size, the fleet keeps roughly the limit
-// in total while Redis is down, as long as the load balancer spreads each
-// client evenly; with the default 1, at most instances times the limit. The
+// in total while Redis is down (about twice it in a window that spans the
+// outage's start or end, beside what Redis admitted), as long as the load
+// balancer spreads each client evenly; with the default 1, at most K times the limit in a window
+// inside the outage with K instances, and K+1 times in one that spans its
+// start or end (TestFallbackBoundAcrossTheOutage). The
 // decision is still reported as degraded: AllowN returns the fallback's
 // Result (with the scaled Limit and its real Remaining) and an error
 // wrapping ErrStoreUnavailable, and the Observer sees DecidedByFallback. A

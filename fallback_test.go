@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/spy"
@@ -112,5 +113,89 @@ func TestDefaultPolicyBoundsAnOutage(t *testing.T) {
 			}
 		}
 		require.Equal(t, 5, admitted, "%s: 50 requests during an outage, the limit admitted", e.Name)
+	}
+}
+
+// TestFallbackBoundAcrossTheOutage: K instances, each with a FailLocal
+// fallback of its own at the full limit L, share one Redis, on a sliding
+// log (exact: at most L in any window, per store). A window that lies
+// inside the outage admits at most K·L, but one that spans the outage's
+// start admits (K+1)·L — what Redis admitted before it went down, and each
+// fallback, which starts empty, its L — and so does one that spans its end,
+// where Redis, which never saw the fallbacks' admissions, admits its L
+// beside theirs. (K+1)·L is the bound: Redis's admissions and each
+// fallback's are each at most L in any window.
+func TestFallbackBoundAcrossTheOutage(t *testing.T) {
+	const K, L, window = 3, 4, time.Minute
+	start := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC) // ahead of the wall clock, as above
+	clock := fakeclock.New(start)
+	mr, c := redistest.Mini(t)
+	shared := stores.Redis(t, c)
+	prefix := redistest.Prefix()
+	var fleet []*fleetlimit.Limiter
+	for range K {
+		fb := store.NewMemory()
+		t.Cleanup(func() { _ = fb.Close() })
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(L, window), shared, fleetlimit.WithKeyPrefix(prefix),
+			fleetlimit.WithFallback(fb, 1), fleetlimit.WithoutBreaker(),
+			fleetlimit.WithClock(clock.Now), fleetlimit.WithTimeout(time.Second))
+		require.NoError(t, err)
+		fleet = append(fleet, l)
+	}
+	var admitted []time.Time
+	// offer sends each instance `each` requests and returns how many of
+	// them were degraded (decided without Redis).
+	offer := func(each int) (degraded int) {
+		for range each {
+			for _, l := range fleet {
+				res, err := l.Allow(bg, "u")
+				if err != nil {
+					require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable)
+					degraded++
+				}
+				if res.Allowed {
+					admitted = append(admitted, clock.Now())
+				}
+			}
+		}
+		return degraded
+	}
+	in := func(from time.Time) int { // admissions in [from, from+window)
+		n := 0
+		for _, a := range admitted {
+			if !a.Before(from) && a.Before(from.Add(window)) {
+				n++
+			}
+		}
+		return n
+	}
+
+	require.Zero(t, offer(2)) // Redis admits L of 2·K
+	require.Len(t, admitted, L)
+
+	outage := start.Add(window / 2)
+	clock.Set(outage)
+	mr.Close()
+	require.Equal(t, 2*K, offer(2)) // each fallback admits its L... of 2
+	clock.Set(outage.Add(time.Second))
+	require.Equal(t, 3*K, offer(3)) // ...and L−2 of 3 more
+	require.Equal(t, K*L, in(outage), "a window inside the outage: K·L")
+	require.Equal(t, (K+1)*L, in(start), "a window spanning the outage's start: (K+1)·L, not K·L")
+
+	end := start.Add(window + time.Second) // Redis's admissions have left its window
+	clock.Set(end)
+	require.NoError(t, mr.Restart())
+	// The client may back off its dialling for a while after the refused
+	// connections: wait until a decision on another key reaches the server
+	// again, through the same store.
+	probe, err := fleetlimit.New(algorithm.SlidingWindowLog(L, window), shared, fleetlimit.WithKeyPrefix(prefix),
+		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed), fleetlimit.WithoutBreaker(),
+		fleetlimit.WithClock(clock.Now), fleetlimit.WithTimeout(time.Second))
+	require.NoError(t, err)
+	eventually(t, func() bool { _, err := probe.Allow(bg, "probe"); return err == nil })
+	require.Zero(t, offer(2), "Redis decides again")
+	require.Equal(t, (K+1)*L, in(outage), "a window spanning the outage's end: (K+1)·L")
+	for _, from := range []time.Time{start, outage, outage.Add(time.Second), end} {
+		require.LessOrEqual(t, in(from), (K+1)*L)
 	}
 }

@@ -16,8 +16,10 @@ import (
 
 var (
 	// ErrStoreUnavailable is wrapped by the error of every decision the store
-	// could not make (refused, timed out, closed, or failed): the Result that
-	// comes with it was decided by the FailurePolicy.
+	// could not make (refused, timed out, or failed): the Result that comes
+	// with it was decided by the FailurePolicy. A store (or go-redis client)
+	// used after Close is not an outage but a mistake: its decisions are
+	// denied with an error wrapping store.ErrClosed, and no policy decides.
 	ErrStoreUnavailable = errors.New("fleetlimit: store unavailable")
 	// ErrInvalidKey is returned for an empty key or one longer than
 	// store.MaxKeyLen bytes; nothing is recorded.
@@ -59,12 +61,12 @@ type Limiter struct {
 	denials  *denial.Cache  // nil without WithDenialCache
 	leases   *lease.Table   // nil without WithLeases
 	sweep    *sweeper       // the leases' sweep; nil without WithLeases
+	skew     *skewWatch     // nil without WithClock, or over a store without a clock
 	ov       *overrideTable // nil without WithOverrides
 	// The pipeline's modes, one per entry point.
 	allow, peek, refund mode
 	cfg                 config
-	waits               *waitQueues                                      // WaitN's queues
-	sleep               func(ctx context.Context, d time.Duration) error // WaitN's
+	waits               *waitQueues // WaitN's queues
 }
 
 // mode is what an entry point asks of each stage of the pipeline: which
@@ -115,7 +117,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{strategy: s, rule: ruled, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}, sleep: sleepReal}
+	l := &Limiter{strategy: s, rule: ruled, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}}
 	clock := keyed.Clock{Exact: cfg.clock != nil}
 	if cfg.denialKeys > 0 {
 		l.denials = denial.New(cfg.denialKeys, clock)
@@ -128,6 +130,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		l.leases = lease.New(cfg.leaseSize, cfg.leaseMaxAge, clock, l.sweep.arm)
 	}
 	l.buildModes()
+	l.skew = newSkewWatch(l)
 	if l.ov, err = newOverrideTable(l); err != nil {
 		return nil, err
 	}
@@ -320,6 +323,9 @@ func (l *Limiter) start(ctx context.Context, c *call, key string, n int64) (outc
 	if err := ctx.Err(); err != nil {
 		return outcome(DecidedByCaller), callerGone(key, err)
 	}
+	if w := l.skew; w != nil {
+		w.due(c.req.Now)
+	}
 	if l.cfg.tiers != nil {
 		var err error
 		if c.req.Strategy, err = l.ruleFor(ctx, key); err != nil {
@@ -432,14 +438,20 @@ func (l *Limiter) remote(ctx context.Context, c *call) error {
 
 // failed decides a call the store did not decide (err): a caller gone
 // meanwhile is denied and the store not blamed (a client must not be able
-// to open the breaker for everyone by sending short deadlines); otherwise
-// the circuit counts the failure and the decision is degraded.
+// to open the breaker for everyone by sending short deadlines); a closed
+// store is denied with its error; otherwise the circuit counts the failure
+// and the decision is degraded.
 func (l *Limiter) failed(ctx context.Context, c *call, err error) (Result, outcome, error) {
 	if c.o.circuitOpen() {
 		return l.degraded(ctx, c, err, true)
 	}
 	if cerr := ctxdone.Err(ctx); cerr != nil {
 		return l.none(), outcome(DecidedByCaller), callerGone(c.req.Key, cerr)
+	}
+	if errors.Is(err, store.ErrClosed) {
+		// A store or client used after Close is the program's mistake,
+		// not an outage: no policy may admit for it, nor a breaker count it.
+		return l.none(), outcomeInvalid, fmt.Errorf("fleetlimit: decision for %q: %w (used after Close: nothing was decided, not even by the failure policy)", c.req.Key, err)
 	}
 	if c.probe == 0 {
 		c.ci.failed(err)

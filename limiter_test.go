@@ -182,22 +182,14 @@ func closedAddr(t *testing.T) string {
 // (FailLocal) an in-process limiter at the full limit, FailOpen admits
 // without a bound, FailClosed denies.
 func TestFailurePolicy(t *testing.T) {
-	closed := store.NewMemory()
-	require.NoError(t, closed.Close())
 	client := func(addr string) store.Store {
 		c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, DialTimeout: time.Minute, MaxRetries: -1, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
 		return stores.Redis(t, c)
 	}
 	failing := map[string]store.Store{
-		"closed store": closed,
-		"refused":      client(closedAddr(t)),
-		"hung":         client(redistest.HungAddr(t)),
-		"closed client": stores.Redis(t, func() *redis.Client {
-			c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
-			c.Close()
-			return c
-		}()),
+		"refused": client(closedAddr(t)),
+		"hung":    client(redistest.HungAddr(t)),
 	}
 	for name, st := range failing {
 		local, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), st, fleetlimit.WithTimeout(50*time.Millisecond),
@@ -233,6 +225,35 @@ func TestFailurePolicy(t *testing.T) {
 		res, err = shut.Allow(bg, "u")
 		require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable, name)
 		require.Equal(t, fleetlimit.Result{Limit: 10, RetryAfter: fleetlimit.FailClosedRetryAfter, ResetAfter: fleetlimit.FailClosedRetryAfter}, res, "%s: fail-closed denies", name)
+	}
+}
+
+// A store or go-redis client used after Close is the program's mistake,
+// not an outage: every policy denies, with an error wrapping store.ErrClosed
+// and not ErrStoreUnavailable; the breaker counts nothing and the observer
+// sees no decision. (Before, FailOpen admitted every such call.)
+func TestClosedStoreIsAnError(t *testing.T) {
+	closed := store.NewMemory()
+	require.NoError(t, closed.Close())
+	closedClient := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	require.NoError(t, closedClient.Close())
+	for name, st := range map[string]store.Store{"closed store": closed, "closed client": stores.Redis(t, closedClient)} {
+		for _, policy := range []fleetlimit.FailurePolicy{fleetlimit.FailLocal, fleetlimit.FailOpen, fleetlimit.FailClosed} {
+			observed := 0
+			br := newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1})
+			l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithFailurePolicy(policy),
+				fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithBreaker(br),
+				fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(fleetlimit.Event) { observed++ })))
+			require.NoError(t, err)
+			for range 3 {
+				res, err := l.Allow(bg, "u")
+				require.ErrorIs(t, err, store.ErrClosed, "%s, %v", name, policy)
+				require.NotErrorIs(t, err, fleetlimit.ErrStoreUnavailable, "%s, %v", name, policy)
+				require.Equal(t, fleetlimit.Result{Limit: 10}, res, "%s, %v: denied, by no policy", name, policy)
+			}
+			require.Equal(t, fleetlimit.BreakerClosed, br.State(), "%s, %v: the breaker counts no mistake", name, policy)
+			require.Zero(t, observed, "%s, %v: no decision was made", name, policy)
+		}
 	}
 }
 

@@ -59,8 +59,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 // decisions at Warn with the error and the policy; a logger at Warn keeps
 // only the last.
 func TestSlogObserver(t *testing.T) {
-	closed := store.NewMemory()
-	require.NoError(t, closed.Close())
+	closed := stores.Down(t)
 	for _, level := range []slog.Level{slog.LevelDebug, slog.LevelWarn} {
 		var buf bytes.Buffer
 		obs := fleetlimit.SlogObserver(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level})))

@@ -95,6 +95,15 @@ func (f option) apply(c *config) { f(c) }
 // the script, so app servers' clock skew cannot bend a limit; for
 // store.Memory its own (see store.WithMemoryClock). Use it for tests and simulations (virtual time), or to save
 // Redis the TIME call; note that Redis still expires keys on its own clock.
+//
+// Instances whose clocks disagree decide one key on different times: a
+// sliding log judges the one behind at the newest admission's time, so it
+// can be starved of a shared key, and a token bucket charges it for the
+// difference. So a limiter with WithClock and an observer that wants the
+// reports (a SkewObserver, such as SlogObserver) compares its clock with
+// the store's (Redis TIME) at most every 10 s, in the background, and
+// reports a skew above ClockSkewThreshold once per change
+// (TestClockSkewReported, TestClockSkewAgainstRedisTIME).
 func WithClock(now func() time.Time) Option {
 	return option(func(c *config) {
 		if now == nil {

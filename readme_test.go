@@ -9,27 +9,22 @@ import (
 	"testing"
 )
 
-// readmeProgram wraps the README's Go blocks, in order, in one function
-// whose parameters are the names the snippets take as given.
+// readmeProgram wraps the README's Go blocks that are not whole programs,
+// in order, in one function whose parameters are the names the snippets
+// take as given.
 const readmeProgram = `package main
 
 import (
 	"context"
 	"errors"
-	"math"
-	"net/http"
-	"strconv"
+	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
-	"github.com/fleetlimit/fleetlimit/httplimit"
-	"github.com/fleetlimit/fleetlimit/store"
 )
 
-func readme(ctx context.Context, w http.ResponseWriter, userID string, mux *http.ServeMux, loginHandler, apiHandler http.Handler, proUsers map[string]bool) error {
+func readme(ctx context.Context, api *fleetlimit.Limiter, userID string) error {
 %s
 	return nil
 }
@@ -37,7 +32,29 @@ func readme(ctx context.Context, w http.ResponseWriter, userID string, mux *http
 func main() { _ = readme }
 `
 
-// nestedPrograms wrap the README's Go blocks fenced "```go MODULE", which
+// choosingProgram wraps docs/choosing.md's Go blocks, in order, as
+// readmeProgram wraps the README's.
+const choosingProgram = `package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+func choosing(shared store.Store, proUsers map[string]bool) error {
+%s
+	_ = exports
+	return err
+}
+
+func main() { _ = choosing }
+`
+
+// nestedPrograms wrap the Go blocks fenced "```go MODULE", which
 // use a nested module's packages (and its dependencies, which the core
 // module does not require): each module's blocks, in order, compile inside
 // that module.
@@ -128,39 +145,73 @@ func vetProgram(t *testing.T, dir, program, body string) {
 	}
 }
 
-// The README's Go snippets compile, as written, in order: a newcomer who
-// pastes them gets no "declared and not used" and no type that changes
-// between two snippets. go vet builds them: the plain "```go" blocks in
-// the core module, the "```go MODULE" blocks in that nested module.
-func TestREADMESnippetsCompile(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+// goBlocks are the "```go" blocks of the Markdown file at path, and those
+// fenced "```go MODULE", by module.
+func goBlocks(t *testing.T, path string) (plain []string, nested map[string][]string) {
+	t.Helper()
+	md, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
-	if len(blocks) < 2 {
-		t.Fatalf("found %d Go blocks in README.md, want the usage and HTTP snippets", len(blocks))
+	for _, b := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(md), -1) {
+		plain = append(plain, b[1])
 	}
+	nested = map[string][]string{}
+	for _, b := range regexp.MustCompile("(?s)```go ([^\n]+)\n(.*?)```").FindAllStringSubmatch(string(md), -1) {
+		nested[b[1]] = append(nested[b[1]], b[2])
+	}
+	return plain, nested
+}
+
+// The README's Go code compiles, as written: a block that is a whole
+// program ("package main" and its imports) on its own, the other snippets
+// in order in one function, so that a newcomer who pastes them gets no
+// "declared and not used" and no type that changes between two snippets;
+// "```go MODULE" blocks in that nested module. docs/choosing.md's blocks,
+// and the nested modules' blocks of docs/grpc.md and docs/metrics.md,
+// compile the same way. go vet builds them.
+func TestREADMESnippetsCompile(t *testing.T) {
+	plain, nested := goBlocks(t, "README.md")
+	var whole int
 	var body strings.Builder
-	for _, b := range blocks {
-		body.WriteString(b[1])
+	for _, b := range plain {
+		if strings.HasPrefix(b, "package ") {
+			vetProgram(t, ".", "%s", b)
+			whole++
+			continue
+		}
+		body.WriteString(b)
+	}
+	if whole == 0 || body.Len() == 0 {
+		t.Fatalf("README.md has %d whole programs and %d bytes of snippets, want the first program and the snippet without HTTP", whole, body.Len())
 	}
 	vetProgram(t, ".", readmeProgram, body.String())
+	for module, blocks := range nested {
+		program, ok := nestedPrograms[module]
+		if !ok {
+			t.Fatalf("README.md has a Go block for %q, which no program here compiles", module)
+		}
+		vetProgram(t, module, program, strings.Join(blocks, ""))
+	}
 
-	nested := map[string]*strings.Builder{}
-	for _, b := range regexp.MustCompile("(?s)```go ([^\n]+)\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
-		if _, ok := nestedPrograms[b[1]]; !ok {
-			t.Fatalf("README.md has a Go block for %q, which no program here compiles", b[1])
+	// The adapters' pages hold the nested modules' examples.
+	for _, page := range []string{"docs/grpc.md", "docs/metrics.md"} {
+		_, nested := goBlocks(t, page)
+		if len(nested) == 0 {
+			t.Fatalf("%s has no Go block for its module", page)
 		}
-		if nested[b[1]] == nil {
-			nested[b[1]] = &strings.Builder{}
+		for module, blocks := range nested {
+			program, ok := nestedPrograms[module]
+			if !ok {
+				t.Fatalf("%s has a Go block for %q, which no program here compiles", page, module)
+			}
+			vetProgram(t, module, program, strings.Join(blocks, ""))
 		}
-		nested[b[1]].WriteString(b[2])
 	}
-	for module, program := range nestedPrograms {
-		if nested[module] == nil {
-			t.Fatalf("README.md has no Go block for %s", module)
-		}
-		vetProgram(t, module, program, nested[module].String())
+
+	plain, _ = goBlocks(t, "docs/choosing.md")
+	if len(plain) == 0 {
+		t.Fatal("docs/choosing.md has no Go block, want the real policies' example")
 	}
+	vetProgram(t, ".", choosingProgram, strings.Join(plain, ""))
 }

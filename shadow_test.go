@@ -14,7 +14,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/spy"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
-	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // A shadow limiter on every store, step by step on a pinned clock: it
@@ -95,8 +94,7 @@ func TestShadowSteps(t *testing.T) {
 // admissions, with the store's error; the observer sees the policy's
 // denial.
 func TestShadowFailClosed(t *testing.T) {
-	closed := store.NewMemory()
-	require.NoError(t, closed.Close())
+	closed := stores.Down(t)
 	rec := &spy.Observer{}
 	l, err := fleetlimit.New(algorithm.FixedWindow(2, time.Minute), closed, fleetlimit.WithShadow(), fleetlimit.WithObserver(rec),
 		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))

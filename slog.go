@@ -66,3 +66,15 @@ func (o slogObserver) Observe(e Event) {
 	}
 	o.log.LogAttrs(ctx, level, msg, attrs...)
 }
+
+// ObserveSkew logs a clock-skew report (see SkewObserver): at Warn when
+// the limiter's clock is skewed from its store's, at Info when they agree
+// again, with the name, the offset and the threshold.
+func (o slogObserver) ObserveSkew(s Skew) {
+	level, msg := slog.LevelInfo, "rate limit: limiter's clock agrees with its store's again"
+	if s.Skewed {
+		level, msg = slog.LevelWarn, "rate limit: limiter's clock (WithClock) is skewed from its store's: instances deciding one key on different times bend its limit"
+	}
+	o.log.LogAttrs(context.Background(), level, msg, slog.String("name", s.Name),
+		slog.Duration("offset", s.Offset), slog.Duration("threshold", ClockSkewThreshold))
+}

@@ -112,7 +112,7 @@ race=-race
 race="$race -timeout=30m"
 # The nested modules: the adapters whose dependencies (grpc-go,
 # client_golang) the core module does not carry, and the gRPC example.
-modules=(grpclimit promobserver otelobserver examples/grpcserver)
+modules=(grpclimit promobserver otelobserver examples/grpcserver cmd/fleetlimitd)
 if [ $# -gt 0 ]; then
   # A package path inside a nested module runs in that module.
   dir=.

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
+	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // tierBackends are the stores the tier properties run on: memory,
@@ -233,5 +234,148 @@ func TestStrategyForTokenBucketRemainder(t *testing.T) {
 		require.NoError(t, err, name)
 		require.False(t, res.Allowed, "%s: 1/7µs of debt is left", name)
 		require.Equal(t, time.Microsecond, res.RetryAfter, name)
+	}
+}
+
+// docs/choosing.md's tiers: composites of a token bucket and a day's
+// sliding-window counter, the pro tier ten times the free one.
+func readmeTiers() (free, pro algorithm.Strategy) {
+	return algorithm.All(algorithm.TokenBucket(10, time.Second, 10), algorithm.SlidingWindowCounter(1000, 24*time.Hour)),
+		algorithm.All(algorithm.TokenBucket(100, time.Second, 100), algorithm.SlidingWindowCounter(10_000, 24*time.Hour))
+}
+
+// TestCompositeTierSteps: a composite key's state carries over between its
+// tiers, member by member. A pro user who spent the bucket's 100 has spent
+// the free bucket too (a token bucket's debt is time: one second); half a
+// second later the free bucket has 5, and spending them is a debt the pro
+// bucket sees; the day's counter keeps its count across the switch.
+func TestCompositeTierSteps(t *testing.T) {
+	free, pro := readmeTiers()
+	for name, st := range stores.All(t) {
+		clock := fakeclock.New(proptest.EdgeAfter(proptest.Epoch, 24*time.Hour))
+		t0 := clock.Now()
+		plan := pro
+		l, err := fleetlimit.New(free, st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(proptest.Timeout),
+			fleetlimit.WithClock(clock.Now),
+			fleetlimit.WithStrategyFor(func(context.Context, string) (algorithm.Strategy, error) { return plan, nil }))
+		require.NoError(t, err, name)
+		allow := func(n int64) fleetlimit.Result {
+			t.Helper()
+			res, err := l.AllowN(bg, "u", n)
+			require.NoError(t, err, name)
+			return res
+		}
+		require.True(t, allow(100).Allowed, "%s: pro's burst", name)
+		plan = free
+		require.False(t, allow(1).Allowed, "%s: the free bucket is spent too", name)
+		clock.Set(t0.Add(500 * time.Millisecond))
+		res := allow(5)
+		require.True(t, res.Allowed, "%s: half a second refills half the free bucket", name)
+		require.Equal(t, []int64{0, 1000 - 105}, []int64{res.Limits()[0].Remaining, res.Limits()[1].Remaining},
+			"%s: the day's counter kept pro's 100", name)
+		require.False(t, allow(1).Allowed, "%s", name)
+		plan = pro
+		require.False(t, allow(1).Allowed, "%s: the free admissions are pro's debt too", name)
+		clock.Set(t0.Add(time.Second))
+		res = allow(50)
+		require.True(t, res.Allowed, "%s: 100 + 5·10 spent, 1 s refilled: 50 left", name)
+		require.Equal(t, []int64{0, 10_000 - 155}, []int64{res.Limits()[0].Remaining, res.Limits()[1].Remaining}, name)
+		require.False(t, allow(1).Allowed, "%s", name)
+	}
+}
+
+// TestCompositeTierSwitchBound: docs/choosing.md's free and pro composites, a
+// key switching between them at random on every request, offered bursts
+// for 300 s around a day's edge (far more than either tier admits). In
+// any interval it admits no more than the pro tier alone (on memory; 30 s on
+// miniredis, whose Lua interpreter is slow): its bucket's 100 +
+// 100·d/s in any interval d, its counter's 10,000 in each aligned day and
+// 2·10,000 − 1 in any day-long interval. And the switching is not idle:
+// a day admits more than the free tier's 1,000, so pro's requests counted
+// as pro's, and free requests were denied where pro ones would pass.
+func TestCompositeTierSwitchBound(t *testing.T) {
+	free, pro := readmeTiers()
+	day := 24 * time.Hour
+	edge := proptest.EdgeAfter(proptest.Epoch.Add(time.Hour), day)
+	_, mini := redistest.Mini(t)
+	for name, st := range map[string]store.Store{"memory": stores.Memory(t), "miniredis": stores.Redis(t, mini)} {
+		span := 150 * time.Second // each side of the edge; miniredis's Lua is slow
+		if name == "miniredis" {
+			span = 15 * time.Second
+		}
+		r := rand.New(rand.NewSource(24))
+		clock := fakeclock.New(edge.Add(-span))
+		var plan algorithm.Strategy
+		l, err := fleetlimit.New(free, st, fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(proptest.Timeout),
+			fleetlimit.WithClock(clock.Now), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed),
+			fleetlimit.WithStrategyFor(func(context.Context, string) (algorithm.Strategy, error) { return plan, nil }))
+		require.NoError(t, err, name)
+		var outs []proptest.Outcome
+		freeDenied := 0
+		for now := clock.Now(); now.Before(edge.Add(span)); now = now.Add(time.Duration(r.Int63n(int64(time.Second)))) {
+			for range 1 + r.Intn(400) {
+				now = now.Add(time.Duration(r.Int63n(int64(2 * time.Millisecond))))
+				plan = free
+				if r.Intn(2) == 0 {
+					plan = pro
+				}
+				clock.Set(now)
+				res, err := l.Allow(bg, "u")
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if plan == free && !res.Allowed {
+					freeDenied++
+				}
+				outs = append(outs, proptest.Outcome{Event: proptest.Event{At: now, Key: "u", N: 1}, Res: res})
+			}
+		}
+		// Pro's bucket: for admissions i ≤ j (each of cost 1), j−i+1 ≤
+		// 100 + 100·(t_j − t_i)/s, that is A_j − A_i ≤ 99 s with
+		// A_k = k·1s − 100·t_k: checked against the least A_i so far.
+		var k, least int64
+		first := true
+		for _, o := range outs {
+			if !o.Res.Allowed {
+				continue
+			}
+			a := k*time.Second.Microseconds() - 100*o.At.UnixMicro()
+			if first || a < least {
+				least, first = a, false
+			}
+			if a-least > 99*time.Second.Microseconds() {
+				t.Fatalf("%s: admission %d at %v is past pro's bucket bound", name, k, o.At)
+			}
+			k++
+		}
+		perDay := map[int64]int64{}
+		for _, o := range outs {
+			if o.Res.Allowed {
+				perDay[o.At.UnixMicro()/day.Microseconds()]++
+			}
+		}
+		require.Len(t, perDay, 2, "%s: the timeline spans a day's edge", name)
+		var busiest int64
+		for d, n := range perDay {
+			require.LessOrEqual(t, n, int64(10_000), "%s: aligned day %d", name, d)
+			busiest = max(busiest, n)
+		}
+		require.Greater(t, busiest, int64(1000), "%s: no day admitted more than the free tier's day", name)
+		// Any day-long interval, by two pointers over the admissions.
+		var adm []time.Time
+		for _, o := range outs {
+			if o.Res.Allowed {
+				adm = append(adm, o.At)
+			}
+		}
+		most := 0
+		for i, j := 0, 0; j < len(adm); j++ {
+			for !adm[i].Add(day).After(adm[j]) {
+				i++
+			}
+			most = max(most, j-i+1)
+		}
+		require.LessOrEqual(t, most, 2*10_000-1, "%s: any day-long interval", name)
+		require.Positive(t, freeDenied, "%s: the free tier never bound", name)
 	}
 }

@@ -26,10 +26,11 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Result, error) {
 //   - Order: waiters of one Limiter on one key are admitted in the order
 //     their WaitN calls joined its queue (first in, first out, after
 //     validating their arguments; a large n at the head holds up smaller
-//     ones behind it). Nothing orders them against other Limiters — other
-//     processes of the fleet, or another Limiter value here — nor against
-//     AllowN callers: those compete with the queue's head for the key's
-//     capacity as any two decisions do.
+//     ones behind it), with or without other traffic on the key
+//     (TestWaitOrderWithOtherTraffic). Nothing orders them against other
+//     Limiters — other processes of the fleet, or another Limiter value
+//     here — nor against AllowN callers: those compete with the queue's
+//     head for the key's capacity as any two decisions do.
 //   - Round trips: one per admission, plus one per denial of a head. With
 //     no other traffic on the key, a head retried RetryAfter later is
 //     admitted (RetryAfter is exact), so the store sees at most two calls
@@ -42,8 +43,10 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Result, error) {
 //
 // WaitN returns at once, without waiting, with an error and a Result that
 // has only Limit set: for bad input, as AllowN (ErrInvalidKey,
-// ErrInvalidCost, ErrClockOutOfRange); for n above the limit, which can
-// never pass (ErrInvalidCost); when ctx's deadline comes before the head's
+// ErrInvalidCost, ErrClockOutOfRange); for n above the key's limit — its
+// tier's under WithStrategyFor, else the limiter's — which can never pass
+// (ErrInvalidCost, with the key's Limit); for an error from
+// WithStrategyFor's function, as AllowN returns it; when ctx's deadline comes before the head's
 // next retry — the waiter's own RetryAfter, or for a waiter joining behind
 // a sleeping head that head's wake-up — with an error wrapping
 // context.DeadlineExceeded (as golang.org/x/time/rate's Wait). A waiter
@@ -64,12 +67,14 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Result, error) {
 //
 // WaitN is safe for concurrent use.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Result, error) {
-	none := Result{Limit: l.strategy.Limit()}
-	if _, err := l.request(key, n); err != nil {
+	return l.waitN(ctx, key, n, sleepReal)
+}
+
+// waitN is WaitN, sleeping with sleep (tests give a virtual clock's).
+func (l *Limiter) waitN(ctx context.Context, key string, n int64, sleep func(context.Context, time.Duration) error) (Result, error) {
+	none, err := l.waitable(ctx, key, n)
+	if err != nil {
 		return none, err
-	}
-	if n > l.strategy.Limit() {
-		return none, fmt.Errorf("fleetlimit: wait for %q: %w: %d is above the limit %d and can never pass", key, ErrInvalidCost, n, l.strategy.Limit())
 	}
 	w, err := l.waits.join(ctx, key)
 	if err != nil {
@@ -89,23 +94,43 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Result, error
 		if d <= 0 {
 			d = FailClosedRetryAfter
 		}
-		sleep := d
+		nap := d
 		if contended {
-			sleep += jitter(d)
+			nap += jitter(d)
 		}
 		if dl, ok := ctx.Deadline(); ok {
 			left := time.Until(dl)
 			if left < d {
 				return none, fmt.Errorf("fleetlimit: wait for %q: the next try is %v away, past the deadline: %w", key, d, context.DeadlineExceeded)
 			}
-			sleep = min(sleep, left)
+			nap = min(nap, left)
 		}
-		l.waits.sleeping(key, w, sleep)
-		if err := l.sleep(ctx, sleep); err != nil {
+		l.waits.sleeping(key, w, nap)
+		if err := sleep(ctx, nap); err != nil {
 			return none, fmt.Errorf("fleetlimit: wait for %q: %w", key, err)
 		}
 		contended = true // a retry after RetryAfter that fails: someone took the slot
 	}
+}
+
+// waitable checks that a wait for n by key can end: valid input, and n
+// within the key's own rule (its tier) — AllowN would only deny a larger
+// n, and the wait retry for ever. It returns the Result of no decision,
+// with the key's Limit.
+func (l *Limiter) waitable(ctx context.Context, key string, n int64) (Result, error) {
+	none := l.none()
+	if _, err := l.request(key, n); err != nil {
+		return none, err
+	}
+	s, err := l.tierFor(ctx, key)
+	if err != nil {
+		return none, err
+	}
+	none.Limit = s.Limit()
+	if n > s.Limit() {
+		return none, fmt.Errorf("fleetlimit: wait for %q: %w: %d is above the key's limit %d and can never pass", key, ErrInvalidCost, n, s.Limit())
+	}
+	return none, nil
 }
 
 // jitter is a random extra wait of up to an eighth of d, at most 50ms.
@@ -214,14 +239,4 @@ func (q *waitQueues) leave(key string, w *waiter) {
 	if len(kq.waiters) == 0 {
 		delete(q.keys, key)
 	}
-}
-
-// waiting is the number of waiters in key's queue, for tests.
-func (q *waitQueues) waiting(key string) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if kq := q.keys[key]; kq != nil {
-		return len(kq.waiters)
-	}
-	return 0
 }

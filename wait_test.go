@@ -60,7 +60,9 @@ func TestWaitArrivalOrder(t *testing.T) {
 						}
 					})))
 				require.NoError(t, err)
-				fleetlimit.SetSleep(lim, clock.Sleep)
+				wait := func(ctx context.Context, key string) (fleetlimit.Result, error) {
+					return fleetlimit.WaitNSleeping(lim, clock.Sleep, ctx, key, 1)
+				}
 				res, err := lim.AllowN(bg, "k", limit) // spend the key
 				require.NoError(t, err)
 				require.True(t, res.Allowed)
@@ -69,7 +71,7 @@ func TestWaitArrivalOrder(t *testing.T) {
 				for i := range waiters {
 					go func() {
 						ctx := fleetlimit.ContextWithRoute(bg, strconv.Itoa(i))
-						res, err := lim.Wait(ctx, "k")
+						res, err := wait(ctx, "k")
 						if err == nil && !res.Allowed {
 							err = fmt.Errorf("waiter %d returned %+v without an error", i, res)
 						}
@@ -179,23 +181,25 @@ func TestWaitReturns(t *testing.T) {
 	lim, err := fleetlimit.New(algorithm.FixedWindow(1, time.Hour), stores.Memory(t),
 		fleetlimit.WithClock(clock.Now), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
 	require.NoError(t, err)
-	fleetlimit.SetSleep(lim, clock.Sleep)
+	wait := func(ctx context.Context, key string) (fleetlimit.Result, error) {
+		return fleetlimit.WaitNSleeping(lim, clock.Sleep, ctx, key, 1)
+	}
 	none := fleetlimit.Result{Limit: 1}
 
-	res, err := lim.Wait(bg, "k")
+	res, err := wait(bg, "k")
 	require.NoError(t, err)
 	require.True(t, res.Allowed, "a key with room is admitted at once")
 
 	ctx, cancel := context.WithTimeout(bg, time.Minute)
 	defer cancel()
-	res, err = lim.Wait(ctx, "k") // RetryAfter is an hour
+	res, err = wait(ctx, "k") // RetryAfter is an hour
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, ctx.Err(), "it waited for the deadline")
 	require.Equal(t, none, res)
 
-	_, err = lim.WaitN(bg, "k", 2)
+	_, err = fleetlimit.WaitNSleeping(lim, clock.Sleep, bg, "k", 2)
 	require.ErrorIs(t, err, fleetlimit.ErrInvalidCost)
-	_, err = lim.Wait(bg, "")
+	_, err = wait(bg, "")
 	require.ErrorIs(t, err, fleetlimit.ErrInvalidKey)
 	require.Zero(t, fleetlimit.Waiting(lim, "k"))
 
@@ -207,12 +211,12 @@ func TestWaitReturns(t *testing.T) {
 	}
 	headCtx, cancelHead := context.WithCancel(bg)
 	head, second := make(chan outcome, 1), make(chan outcome, 1)
-	go func() { r, err := lim.Wait(headCtx, "k"); head <- outcome{r, err} }()
+	go func() { r, err := wait(headCtx, "k"); head <- outcome{r, err} }()
 	eventually(t, func() bool { _, asleep := clock.NextWake(); return asleep })
-	go func() { r, err := lim.Wait(bg, "k"); second <- outcome{r, err} }()
+	go func() { r, err := wait(bg, "k"); second <- outcome{r, err} }()
 	eventually(t, func() bool { return fleetlimit.Waiting(lim, "k") == 2 })
 
-	res, err = lim.Wait(ctx, "k")
+	res, err = wait(ctx, "k")
 	require.ErrorIs(t, err, context.DeadlineExceeded, "joined behind a head that retries in an hour")
 	require.NoError(t, ctx.Err())
 	require.Equal(t, none, res)
@@ -229,5 +233,168 @@ func TestWaitReturns(t *testing.T) {
 	o = <-second
 	require.NoError(t, o.err)
 	require.True(t, o.res.Allowed)
+	require.Zero(t, fleetlimit.Waiting(lim, "k"))
+}
+
+// TestWaitNAboveTheKeysTier: n above the key's own limit (its tier, from
+// WithStrategyFor) can never pass, even when the limiter's own limit is
+// larger: WaitN returns at once with ErrInvalidCost and a Result that has
+// only the key's Limit set, whether ctx has a deadline or not, and without
+// asking the store. n within the key's tier still waits and passes.
+func TestWaitNAboveTheKeysTier(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		own  algorithm.Strategy
+		free algorithm.Strategy
+	}{
+		{"fixed_window", algorithm.FixedWindow(100, time.Minute), algorithm.FixedWindow(10, time.Minute)},
+		{"token_bucket", algorithm.TokenBucket(100, time.Minute, 100), algorithm.TokenBucket(10, time.Minute, 10)},
+		{"composite", algorithm.All(algorithm.TokenBucket(100, time.Minute, 100), algorithm.FixedWindow(1000, time.Hour)),
+			algorithm.All(algorithm.TokenBucket(10, time.Minute, 10), algorithm.FixedWindow(1000, time.Hour))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := fakeclock.New(proptest.Epoch)
+			counted := &spy.Store{Store: stores.Memory(t)}
+			lim, err := fleetlimit.New(tc.own, counted, fleetlimit.WithClock(clock.Now),
+				fleetlimit.WithStrategyFor(func(_ context.Context, key string) (algorithm.Strategy, error) {
+					if key == "free" {
+						return tc.free, nil
+					}
+					return nil, nil
+				}))
+			require.NoError(t, err)
+			// A sleep that never returns before ctx is done: a WaitN that
+			// sleeps at all fails the test (the first, without a deadline,
+			// would hang; the eventually below catches it).
+			sleep := func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
+
+			done := make(chan error, 1)
+			var res fleetlimit.Result
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			go func() {
+				var err error
+				res, err = fleetlimit.WaitNSleeping(lim, sleep, ctx, "free", 50)
+				done <- err
+			}()
+			var werr error
+			eventually(t, func() bool {
+				select {
+				case werr = <-done:
+					return true
+				default:
+					return false
+				}
+			})
+			require.ErrorIs(t, werr, fleetlimit.ErrInvalidCost)
+			require.Equal(t, fleetlimit.Result{Limit: 10}, res)
+			require.Zero(t, counted.Calls.Load(), "asked the store for a cost that can never pass")
+
+			dl, cancelDl := context.WithTimeout(bg, time.Hour)
+			defer cancelDl()
+			res, err = fleetlimit.WaitNSleeping(lim, sleep, dl, "free", 50)
+			require.ErrorIs(t, err, fleetlimit.ErrInvalidCost)
+			require.NotErrorIs(t, err, context.DeadlineExceeded)
+			require.NoError(t, dl.Err(), "it returned before its deadline")
+			require.Equal(t, fleetlimit.Result{Limit: 10}, res)
+
+			// Within the tier, and above the free tier on another key.
+			res, err = fleetlimit.WaitNSleeping(lim, sleep, bg, "free", 10)
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			res, err = fleetlimit.WaitNSleeping(lim, sleep, bg, "paid", 50)
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+		})
+	}
+}
+
+// TestWaitOrderWithOtherTraffic: the order claim holds with other traffic
+// on the key. 8 goroutines Wait on one spent key of one Limiter while
+// another Limiter on the same keys (another process of the fleet) takes a
+// slot at every wake-up, racing the queue's head for it. The waiters are
+// still admitted in the order they arrived, every one of them, and the two
+// together never pass the limit in a window; only the round trips grow
+// (a head that loses the race asks again).
+func TestWaitOrderWithOtherTraffic(t *testing.T) {
+	const waiters, limit, window = 8, 2, time.Minute
+	st := stores.Memory(t)
+	start := proptest.EdgeAfter(proptest.Epoch, window)
+	clock := fakeclock.New(start)
+	var mu sync.Mutex
+	var order []string
+	perWindow := map[int64]int{}
+	record := fleetlimit.ObserverFunc(func(ev fleetlimit.Event) {
+		if ev.Allowed {
+			mu.Lock()
+			if ev.Route != "" {
+				order = append(order, ev.Route)
+			}
+			perWindow[int64(clock.Now().Sub(start)/window)]++
+			mu.Unlock()
+		}
+	})
+	newLimiter := func() *fleetlimit.Limiter {
+		l, err := fleetlimit.New(algorithm.FixedWindow(limit, window), st, fleetlimit.WithClock(clock.Now),
+			fleetlimit.WithFailurePolicy(fleetlimit.FailClosed), fleetlimit.WithObserver(record))
+		require.NoError(t, err)
+		return l
+	}
+	lim, other := newLimiter(), newLimiter()
+	res, err := other.AllowN(bg, "k", limit) // spend the key
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+
+	errs := make(chan error, waiters)
+	for i := range waiters {
+		go func() {
+			ctx := fleetlimit.ContextWithRoute(bg, strconv.Itoa(i))
+			res, err := fleetlimit.WaitNSleeping(lim, clock.Sleep, ctx, "k", 1)
+			if err == nil && !res.Allowed {
+				err = fmt.Errorf("waiter %d returned %+v without an error", i, res)
+			}
+			errs <- err
+		}()
+		eventually(t, func() bool {
+			_, asleep := clock.NextWake()
+			return fleetlimit.Waiting(lim, "k") == i+1 && asleep
+		})
+	}
+	stolen := 0
+	for {
+		mu.Lock()
+		done := len(order) == waiters
+		mu.Unlock()
+		if done {
+			break
+		}
+		var next time.Time
+		eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			var asleep bool
+			next, asleep = clock.NextWake()
+			return asleep || len(order) == waiters
+		})
+		if next.IsZero() {
+			continue
+		}
+		clock.Set(next)
+		if res, err := other.Allow(bg, "k"); err == nil && res.Allowed { // races the head
+			stolen++
+		}
+	}
+	for range waiters {
+		require.NoError(t, <-errs)
+	}
+	want := make([]string, waiters)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	require.Equal(t, want, order, "admitted out of arrival order")
+	require.Positive(t, stolen, "the other traffic never took a slot")
+	for w, n := range perWindow {
+		require.LessOrEqual(t, n, limit, "window %d", w)
+	}
 	require.Zero(t, fleetlimit.Waiting(lim, "k"))
 }

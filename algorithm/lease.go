@@ -133,7 +133,8 @@ func (s *fixedWindow) Lease(state State, now time.Time, n int64, terms LeaseTerm
 // never touched, and units that have left the window are gone already.
 // Time is judged as Decide judges it (never behind the key's newest
 // admission), once, before the hand-back: the lease is stamped at that
-// time even if the hand-back removed the newest units.
+// time even if the hand-back removed the newest units. A lease takes at
+// most MaxLogCost units (terms.Want is capped there), as a request does.
 func (s *slidingWindowLog) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
 	st, ok := state.(*slidingLogState)
 	if !ok {
@@ -150,7 +151,7 @@ func (s *slidingWindowLog) Lease(state State, now time.Time, n int64, terms Leas
 	if terms.Want == 0 {
 		return Grant{Decision: Decision{Limit: s.limit, Remaining: available}, At: t}, nil
 	}
-	return grant(s, st, time.UnixMicro(t), t, n, s.limit, available, terms.Want)
+	return grant(s, st, time.UnixMicro(t), t, n, min(s.limit, MaxLogCost), available, min(terms.Want, MaxLogCost))
 }
 
 // unlog removes up to n of the live units admitted at (µs), and no
@@ -203,8 +204,8 @@ func (s *slidingWindowCounter) Lease(state State, now time.Time, n int64, terms 
 }
 
 // grant takes a lease for a request of cost n from st, which has available
-// units of a capacity limit, judged at t (µs): the fair share when n
-// passes, else Decide's denial of n.
+// units and admits a cost of at most limit, judged at t (µs): the fair
+// share when n passes, else Decide's denial of n.
 func grant(s Strategy, st State, now time.Time, t, n, limit, available, want int64) (Grant, error) {
 	g := n
 	if n <= limit && n <= available {

@@ -91,7 +91,7 @@ func checkSlidingLogModel(outs []proptest.Outcome, s algorithm.Strategy) string 
 				live += a.n
 			}
 		}
-		fits := o.N <= limit && live+o.N <= limit
+		fits := o.N <= limit && o.N <= algorithm.MaxLogCost && live+o.N <= limit
 		switch {
 		case o.Res.Allowed && !fits:
 			return fmt.Sprintf("request %d (%q n=%d at +%v) admitted while the window held %d of %d",

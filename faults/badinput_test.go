@@ -104,7 +104,7 @@ func TestLimitAt2Pow53(t *testing.T) {
 	const logMax = algorithm.MaxLogLimit
 	runSteps(t, algorithm.SlidingWindowLog(logMax, time.Minute), []step{
 		{0, 1, admit(logMax, logMax-1, time.Minute), "one unit"},
-		{0, logMax, deny(logMax, logMax-1, time.Minute, time.Minute), "1 + the limit does not fit: wait for the first unit to leave"},
+		{0, logMax, deny(logMax, logMax-1, time.Minute, time.Minute), "the whole limit is above MaxLogCost: it never passes, wait until the key is full again"},
 		{0, 1, admit(logMax, logMax-2, time.Minute), "and one more unit"},
 	})
 }

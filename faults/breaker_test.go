@@ -1,12 +1,10 @@
 package faults_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -247,50 +245,6 @@ func TestBreakerOutageIsDetectedAndReported(t *testing.T) {
 	}
 }
 
-// startCluster starts three redis-server processes of this test's own and
-// makes them a Redis Cluster of three masters with the slots split evenly,
-// as test.sh does with redis-cli, but with cluster-require-full-coverage
-// off: a dead master then leaves the other two serving their slots (with
-// the default, every master refuses every key once the dead one is marked
-// failed, and there is nothing per shard to keep). It returns once every
-// node reports cluster_state:ok.
-func startCluster(t *testing.T) []*redistest.Server {
-	t.Helper()
-	var nodes []*redistest.Server
-	var buses []int
-	for range 3 {
-		bus := freePort(t)
-		nodes = append(nodes, redistest.StartServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no", "--cluster-port", strconv.Itoa(bus)))
-		buses = append(buses, bus)
-	}
-	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
-	defer cancel()
-	const slots = 16384
-	for i, n := range nodes {
-		lo, hi := i*slots/len(nodes), (i+1)*slots/len(nodes)-1
-		require.NoError(t, n.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err())
-	}
-	first := nodes[0].Client()
-	for i, n := range nodes[1:] {
-		_, port, err := net.SplitHostPort(n.Addr)
-		require.NoError(t, err)
-		require.NoError(t, first.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", port, buses[i+1]).Err())
-	}
-	for _, n := range nodes {
-		c := n.Client()
-		for {
-			info, err := c.ClusterInfo(ctx).Result()
-			require.NoError(t, err)
-			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	return nodes
-}
-
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -312,7 +266,7 @@ func freePort(t *testing.T) int {
 // limit); up to 1 in 50 is tolerated.
 func TestBreakerClusterMasterKilled(t *testing.T) {
 	const limit = 100
-	nodes := startCluster(t)
+	nodes, _ := startCluster(t, 0, 2*time.Second, false)
 	var addrs []string
 	for _, n := range nodes {
 		addrs = append(addrs, n.Addr)
@@ -322,34 +276,8 @@ func TestBreakerClusterMasterKilled(t *testing.T) {
 	l := newLimiter(t, algorithm.FixedWindow(limit, time.Hour), redisStore(t, c),
 		fleetlimit.WithTimeout(fleetlimit.DefaultTimeout), fleetlimit.WithClock(fixedClock(t0)))
 
-	// Six keys per master; the victim is the first master. Owners come
-	// from the servers' own slot table (CLUSTER SLOTS, CLUSTER KEYSLOT),
-	// not from the client's cached view, which may lag just after start-up.
-	slots, err := nodes[1].Client().ClusterSlots(bg).Result()
-	require.NoError(t, err)
-	ownerOf := func(k string) string {
-		slot, err := nodes[1].Client().ClusterKeySlot(bg, k).Result() // the hash tag is the user key
-		require.NoError(t, err)
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-				return s.Nodes[0].Addr
-			}
-		}
-		t.Fatalf("no master owns the slot of %q", k)
-		return ""
-	}
-	owner := map[string]string{}
-	perNode := map[string]int{}
-	var keys []string
-	for i := 0; len(keys) < 6*len(nodes); i++ {
-		k := fmt.Sprint("user:", i)
-		a := ownerOf(k)
-		if perNode[a] < 6 {
-			perNode[a]++
-			owner[k] = a
-			keys = append(keys, k)
-		}
-	}
+	// Six keys per master; the victim is the first master.
+	keys, owner := keysPerMaster(t, nodes[1].Client(), 6)
 	for _, k := range keys {
 		o := call(l, bg, k)
 		require.NoError(t, o.err, "warm-up %q", k)

@@ -282,8 +282,7 @@ func TestInterceptorsStacked(t *testing.T) {
 // RetryInfo, unary and stream, and only the policy in metadata; a
 // fail-open one runs the handler.
 func TestInterceptorStoreDown(t *testing.T) {
-	closed := store.NewMemory()
-	require.NoError(t, closed.Close())
+	closed := stores.Down(t) // refused connections: an outage
 	failClosed := newLimiter(t, closed, "login", fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
 	failOpen := newLimiter(t, closed, "api", fleetlimit.WithFailurePolicy(fleetlimit.FailOpen))
 	user := grpclimit.KeyByMetadata("x-user")

@@ -31,8 +31,9 @@ const (
 // as lists; X-RateLimit-* hold one limit, so they keep the tightest: the one
 // with the least Remaining. A composite limiter (algorithm.All) lists
 // every member in RateLimit-Policy and reports its tightest member in
-// RateLimit and X-RateLimit-* (Result.Limit and Remaining are that
-// member's).
+// RateLimit, with that member's own reset as t, and X-RateLimit-*
+// (Result.Limit and Remaining are that member's; X-RateLimit-Reset is when
+// every member is full again).
 func (m *middleware) setLimitHeaders(h http.Header, res fleetlimit.Result, canPass bool) {
 	f := m.policy.Fields(res, canPass)
 	if tighter(h, f.Remaining) {

@@ -13,7 +13,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
-	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // A shadow limiter never answers 429 (nor 413, nor 503 when its store is
@@ -51,9 +50,7 @@ func TestMiddlewareShadow(t *testing.T) {
 		}
 	}
 
-	closed := store.NewMemory()
-	require.NoError(t, closed.Close())
-	l, err := fleetlimit.New(algorithm.FixedWindow(2, time.Minute), closed, fleetlimit.WithShadow(),
+	l, err := fleetlimit.New(algorithm.FixedWindow(2, time.Minute), stores.Down(t), fleetlimit.WithShadow(),
 		fleetlimit.WithFailurePolicy(fleetlimit.FailClosed))
 	require.NoError(t, err)
 	srv := serve(t, httplimit.Middleware(l, httplimit.KeyConst("client"), httplimit.WithCost(func(*http.Request) (int64, error) { return 3, nil }))(okHandler))

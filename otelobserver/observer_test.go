@@ -152,14 +152,14 @@ func TestObserverRecords(t *testing.T) {
 				"fleetlimit.decisions{fleetlimit.decider=policy,fleetlimit.limiter=login,fleetlimit.result=denied}": 2,
 				"fleetlimit.cost{fleetlimit.decider=policy,fleetlimit.limiter=login,fleetlimit.result=denied}":      2,
 				"fleetlimit.decision.duration{fleetlimit.decider=policy,fleetlimit.limiter=login}":                  2,
-				"fleetlimit.store.errors{error.type=closed,fleetlimit.limiter=login}":                               1,
+				"fleetlimit.store.errors{error.type=unavailable,fleetlimit.limiter=login}":                          1,
 				"fleetlimit.store.errors{error.type=circuit_open,fleetlimit.limiter=login}":                         1,
 				"fleetlimit.breaker.state{fleetlimit.limiter=login}":                                                2,
 
 				"fleetlimit.decisions{fleetlimit.decider=policy,fleetlimit.limiter=search,fleetlimit.result=allowed}": 1,
 				"fleetlimit.cost{fleetlimit.decider=policy,fleetlimit.limiter=search,fleetlimit.result=allowed}":      1,
 				"fleetlimit.decision.duration{fleetlimit.decider=policy,fleetlimit.limiter=search}":                   1,
-				"fleetlimit.store.errors{error.type=closed,fleetlimit.limiter=search}":                                1,
+				"fleetlimit.store.errors{error.type=unavailable,fleetlimit.limiter=search}":                           1,
 				"fleetlimit.breaker.state{fleetlimit.limiter=search}":                                                 0,
 
 				"fleetlimit.decisions{fleetlimit.decider=store,fleetlimit.limiter=rollout,fleetlimit.result=allowed}": 3,
@@ -205,7 +205,7 @@ func TestObserverRecords(t *testing.T) {
 // Each cause of a store error has its error.type, on a real server where
 // one is needed: a server that never answers (timeout), an error reply
 // that means the server cannot serve anyone (unavailable), a key holding
-// another type (rejected), a closed store (closed), and a breaker keeping
+// another type (rejected), refused connections (unavailable), and a breaker keeping
 // the store out (circuit_open).
 func TestObserverStoreErrorCauses(t *testing.T) {
 	hungClient := redis.NewClient(&redis.Options{Addr: redistest.HungAddr(t), ContextTimeoutEnabled: true})
@@ -214,8 +214,7 @@ func TestObserverStoreErrorCauses(t *testing.T) {
 	mr, mini := redistest.Mini(t)
 	loading, loadingClient := redistest.Mini(t)
 	loading.SetError("LOADING Redis is loading the dataset in memory")
-	closed := store.NewMemory()
-	require.NoError(t, closed.Close())
+	refused := stores.Down(t)
 	wrongType := map[string]store.Store{"miniredis": stores.Redis(t, mini)}
 	if redistest.HaveReal(t) {
 		wrongType["redis"] = stores.Redis(t, redistest.Real(t))
@@ -247,7 +246,7 @@ func TestObserverStoreErrorCauses(t *testing.T) {
 		// measured against the clock; the test waits for it to pass).
 		{name: "hung", st: hung, timeout: 50 * time.Millisecond, want: otelobserver.CauseTimeout},
 		{name: "loading", st: stores.Redis(t, loadingClient), timeout: slowMachine, want: otelobserver.CauseUnavailable},
-		{name: "closed", st: closed, timeout: slowMachine, want: otelobserver.CauseClosed},
+		{name: "refused", st: refused, timeout: slowMachine, want: otelobserver.CauseUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obs, reader := newObserver(t)

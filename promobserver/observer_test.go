@@ -111,7 +111,7 @@ func TestObserverScrape(t *testing.T) {
 				`fleetlimit_cost_total{limiter="login",result="denied"}`:                 2,
 				`fleetlimit_shadow_admissions_total{limiter="login"}`:                    0,
 				`fleetlimit_decision_duration_seconds_count{limiter="login"}`:            2,
-				`fleetlimit_store_errors_total{cause="closed",limiter="login"}`:          1,
+				`fleetlimit_store_errors_total{cause="unavailable",limiter="login"}`:     1,
 				`fleetlimit_store_errors_total{cause="circuit-open",limiter="login"}`:    1,
 				`fleetlimit_breaker_state{limiter="login"}`:                              2,
 
@@ -124,7 +124,7 @@ func TestObserverScrape(t *testing.T) {
 				`fleetlimit_cost_total{limiter="search",result="denied"}`:                 0,
 				`fleetlimit_shadow_admissions_total{limiter="search"}`:                    0,
 				`fleetlimit_decision_duration_seconds_count{limiter="search"}`:            1,
-				`fleetlimit_store_errors_total{cause="closed",limiter="search"}`:          1,
+				`fleetlimit_store_errors_total{cause="unavailable",limiter="search"}`:     1,
 				`fleetlimit_breaker_state{limiter="search"}`:                              0,
 
 				`fleetlimit_decisions_total{limiter="rollout",outcome="allowed"}`:          3,

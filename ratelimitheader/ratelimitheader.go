@@ -129,18 +129,20 @@ func (p Policy) withQuota(q int64) string {
 }
 
 // tightest returns the member whose figures res reports (the first with
-// its Limit and Remaining), or p itself for a single strategy.
-func (p Policy) tightest(res fleetlimit.Result) Policy {
+// its Limit and Remaining) and that member's own ResetAfter, or p itself
+// and res's ResetAfter for a single strategy. A composite's ResetAfter is
+// its slowest member's; the tightest member's item must carry its own.
+func (p Policy) tightest(res fleetlimit.Result) (Policy, time.Duration) {
 	limits := res.Limits()
 	if len(p.members) == 0 || len(limits) != len(p.members) {
-		return p
+		return p, res.ResetAfter
 	}
 	for i, l := range limits {
 		if l.Limit == res.Limit && l.Remaining == res.Remaining {
-			return p.members[i]
+			return p.members[i], l.ResetAfter
 		}
 	}
-	return p
+	return p, res.ResetAfter
 }
 
 // Fields are the values that one decision's fields state.
@@ -152,7 +154,7 @@ type Fields struct {
 	// RateLimit's r.
 	Remaining int64
 	// Reset is Seconds(ResetAfter): X-RateLimit-Reset, the seconds until
-	// the whole quota is back.
+	// the whole quota is back (for a composite, every member's).
 	Reset int64
 	// RetryAfter is the Retry-After to send in seconds (at least 1), or 0
 	// for none: the request was admitted, or it can never pass.
@@ -161,7 +163,7 @@ type Fields struct {
 	// to this key; for a composite every member's, as a list.
 	Policy string
 	// RateLimit is the limiter's RateLimit member, e.g. "login";r=4;t=60;
-	// for a composite the tightest member's.
+	// for a composite the tightest member's, with that member's reset.
 	RateLimit string
 }
 
@@ -172,19 +174,23 @@ type Fields struct {
 // RateLimit's t is the time until more quota is available, as the draft
 // defines it, chosen so that it never contradicts the other fields: on an
 // admission (a shadow admission included: the request went through) it is
-// Reset (by then all of the quota is back); on a denial that a retry can
-// pass it is RetryAfter (by then this request would pass), because the
-// draft says Retry-After should not point earlier than t; on a denial no
-// retry can pass it is Reset.
+// the reset of the limit the item names (by then all of its quota is
+// back); on a denial that a retry can pass it is RetryAfter (by then this
+// request would pass), because the draft says Retry-After should not point
+// earlier than t; on a denial no retry can pass it is the named limit's
+// reset. For a composite the item names the tightest member and its reset
+// is that member's own (LimitResult.ResetAfter), not the composite's
+// ResetAfter, which is its slowest member's: a 10-per-second bucket beside
+// a daily quota resets in a second, not a day.
 func (p Policy) Fields(res fleetlimit.Result, canPass bool) Fields {
-	tight := p.tightest(res)
+	tight, reset := p.tightest(res)
 	f := Fields{Remaining: res.Remaining, Reset: Seconds(res.ResetAfter), Policy: p.policyFor(&res)}
 	if res.Limit == p.limitN {
 		f.Limit = p.limit
 	} else {
 		f.Limit = strconv.FormatInt(res.Limit, 10)
 	}
-	t := f.Reset
+	t := Seconds(reset)
 	if !res.Allowed && canPass {
 		f.RetryAfter = RetryAfter(res.RetryAfter)
 		t = f.RetryAfter

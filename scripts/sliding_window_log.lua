@@ -19,6 +19,10 @@
 -- now - window >= t. Denied requests are not recorded, so a client hammering
 -- past the limit is not locked out once its old admissions age out.
 --
+-- Work: one script writes at most max_cost members and evicts at most
+-- max_cost (see evict), whatever n and limit, so that no request can hold
+-- Redis for long; only a refund removes up to n.
+--
 -- Out of memory: Redis refuses a command that may grow memory (ZADD, SET)
 -- when it is over maxmemory, but only as a script's first write; once a
 -- script has written, Redis lets it finish. So the first write of an
@@ -30,6 +34,11 @@
 -- (key, peek, refund, lease, n and now: see preamble.lua)
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
+-- The largest cost admitted in one request or lent in one lease, whatever
+-- the limit (algorithm.MaxLogCost): each unit is one member written below,
+-- so this bounds the time one script takes. A larger cost is denied as one
+-- above the limit is.
+local max_cost = 10000
 
 -- Time never runs backwards for one key: a caller whose clock is behind the
 -- newest admission is judged at that admission's time. This stops a slow
@@ -57,15 +66,34 @@ end
 local expired = string.format('%d', now - window)
 local count = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
 
+-- evict removes expired units, the oldest first, at most max_cost of them:
+-- a key whose units all left the window together is emptied over several
+-- decisions, never by one that removes a whole limit's worth. Every lookup
+-- here skips expired units (by score), so those left behind change no
+-- decision, and the set never holds more than limit members: a decision
+-- that leaves some behind removed max_cost and added at most max_cost.
+-- The expired units are the lowest ranks. It does not grow memory, so a
+-- full Redis still runs it.
+local function evict()
+  local stale = redis.call('ZCOUNT', key, '-inf', expired)
+  if stale > 0 then redis.call('ZREMRANGEBYRANK', key, 0, math.min(stale, max_cost) - 1) end
+end
+
 if refund then
-  -- The expired units go, then the n newest live ones (ZPOPMAX takes the
-  -- highest scores, and among equal scores the highest seq: see the member
-  -- names below), or all of them if there are fewer. Neither grows memory,
-  -- so a full Redis still takes a refund. The key's TTL follows its new
-  -- newest unit; an emptied set is gone.
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+  -- The expired units go (see evict), then the n newest live ones (the
+  -- highest ranks: the highest scores, and among equal scores the highest
+  -- seq, see the member names below), or all of them if there are fewer.
+  -- Neither grows memory, so a full Redis still takes a refund. The key's
+  -- TTL follows its new newest unit. A refund of every live unit leaves
+  -- only expired ones: the key goes with UNLINK, which frees a large set
+  -- off Redis's main thread.
   local k = math.min(n, count)
-  if k > 0 then redis.call('ZPOPMAX', key, string.format('%d', k)) end
+  if k == count then
+    redis.call('UNLINK', key)
+  else
+    evict()
+    if k > 0 then redis.call('ZREMRANGEBYRANK', key, -k, -1) end
+  end
   count = count - k
   local reset = 0
   if count > 0 then
@@ -88,9 +116,10 @@ local granted, back_at, returned = n, 0, 0
 -- scored back_at, which have the highest seq of that instant (see the
 -- member names below), so that its units stay numbered 1, 2, ... When
 -- back_at is now, the admission's units, just added, are among them: units
--- of one instant are interchangeable. Call it after the expired units are
--- removed, so that ranks count live units only. Neither command grows
--- memory, so a full Redis still takes it.
+-- of one instant are interchangeable. Expired units that evict left
+-- behind rank below every live one and are counted by ZCOUNT as by the
+-- ranks, so hi is the rank of the last unit scored back_at either way.
+-- Neither command grows memory, so a full Redis still takes it.
 local function unlease()
   if returned == 0 then return end
   local hi = redis.call('ZCOUNT', key, '-inf', string.format('%d', back_at)) - 1
@@ -121,21 +150,21 @@ if lease then
   local available = math.max(0, limit - count)
   if want == 0 then
     -- Only a hand-back (Close): admit nothing.
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+    evict()
     if returned > 0 then handback() end
     return {0, available, 0, 0, now}
   end
   -- The fair share: at most half of what the key has left, unless n alone
   -- needs more; never more than want (see algorithm.Leaser).
-  if n <= limit and n <= available then
-    granted = math.min(want, math.max(n, math.floor(available / 2)))
+  if n <= limit and n <= max_cost and n <= available then
+    granted = math.min(want, max_cost, math.max(n, math.floor(available / 2)))
   end
   n = granted
 end
 
 -- n <= limit - count, not count + n <= limit: the sum of two doubles can
 -- round (at a limit near 2^53), the difference cannot.
-if n <= limit - count then
+if n <= limit - count and n <= max_cost then
   if peek then return {1, limit - count - n, 0, window} end
   -- Members are "<now mod 2*window>:<seq>". Two live members are less than
   -- one window apart, so different admission times never share a residue,
@@ -162,7 +191,7 @@ if n <= limit - count then
   -- A new member may reuse the name of an expired one (same residue, two or
   -- more windows earlier): ZADD then moves it to now, which is the same as
   -- removing it and adding a new one.
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', expired)
+  evict()
   if lease then unlease() end
   redis.call('PEXPIRE', key, math.ceil(window / 1000))
   if lease then return {granted, limit - count - n, 0, window, now} end
@@ -171,14 +200,14 @@ end
 
 -- Denied. The expired units go (except on a peek); the lookups below skip
 -- them either way.
-if not peek then redis.call('ZREMRANGEBYSCORE', key, '-inf', expired) end
+if not peek then evict() end
 if returned > 0 then newest_at = handback() end
 
 -- The key is full again once its newest unit leaves the window.
 local reset = 0
 if count > 0 then reset = newest_at + window - now end
 local retry
-if n > limit then
+if n > limit or n > max_cost then
   -- Never passable: say when the key is full again (or a whole window).
   retry = reset
   if retry == 0 then retry = window end

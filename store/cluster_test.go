@@ -1,11 +1,17 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
 
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
@@ -47,4 +53,50 @@ func TestRedisClusterBraceKeys(t *testing.T) {
 		}
 	}
 	require.Len(t, redistest.KeysByNode(t, c, p+"*"), 3, "keys on every master")
+}
+
+// A Cluster store asks its client to reload the slot map after a call that
+// failed as an outage does (here: calls whose deadline has passed), at most
+// once per 200ms however many fail, and never after a rejection of one
+// request (a key holding a list). The reloads are counted through
+// ClusterOptions.ClusterSlots, which go-redis calls for each one.
+func TestRedisClusterReloadsOnOutage(t *testing.T) {
+	admin := redis.NewClient(&redis.Options{Addr: redistest.ClusterAddrs(t)[0]})
+	t.Cleanup(func() { _ = admin.Close() })
+	var loads atomic.Int64
+	c := redistest.Cluster(t, func(o *redis.ClusterOptions) {
+		o.ClusterSlots = func(ctx context.Context) ([]redis.ClusterSlot, error) {
+			loads.Add(1)
+			return admin.ClusterSlots(ctx).Result()
+		}
+	})
+	s := stores.Redis(t, c)
+	p := redistest.Prefix()
+	strat := algorithm.FixedWindow(10, time.Minute)
+	_, err := s.Decide(ctx, store.Request{Strategy: strat, Prefix: p, Key: "ok", N: 1})
+	require.NoError(t, err)
+	require.NoError(t, c.RPush(ctx, key(p, strat, "list"), "x").Err())
+	time.Sleep(300 * time.Millisecond) // past the start-up loads and their cool-down
+	before := loads.Load()
+
+	for range 50 {
+		_, err := s.Decide(ctx, store.Request{Strategy: strat, Prefix: p, Key: "list", N: 1})
+		require.ErrorIs(t, err, store.ErrWrongType)
+	}
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, before, loads.Load(), "a rejection reloads nothing")
+
+	start := time.Now()
+	for range 200 {
+		_, err := s.Decide(ctx, store.Request{Strategy: strat, Prefix: p, Key: "ok", N: 1, Timeout: time.Nanosecond})
+		require.ErrorIs(t, err, store.ErrUnavailable)
+	}
+	elapsed := time.Since(start)
+	require.Eventually(t, func() bool { return loads.Load() > before }, 5*time.Second, 10*time.Millisecond, "an outage reloads the slot map")
+	time.Sleep(300 * time.Millisecond)
+	got := loads.Load() - before
+	// One per 200ms of failures, and one more that go-redis runs when asked
+	// again during its own cool-down.
+	require.LessOrEqual(t, got, 2*(int64(elapsed/(200*time.Millisecond))+1), "reloads for 200 failures over %v", elapsed)
+	t.Logf("200 failures over %v: %d reloads", elapsed, got)
 }

@@ -253,8 +253,19 @@ func redisKeys(req Request, script *algorithm.Script) []string {
 }
 
 // failed is the error of a call on key that failed with err: err classed by
-// redisError, and named as the deadline's when ctx is done.
+// redisError, and named as the deadline's when ctx is done. An error that
+// is not a rejection of this request asks a Cluster client to reload its
+// slot map (followTopology).
 func (r *Redis) failed(ctx context.Context, key string, err error) error {
+	err = r.classed(ctx, key, err)
+	if !errors.Is(err, ErrRejected) {
+		r.followTopology()
+	}
+	return err
+}
+
+// classed is failed's error, without the reload.
+func (r *Redis) classed(ctx context.Context, key string, err error) error {
 	if ctxErr := ctxdone.Err(ctx); ctxErr != nil {
 		if !errors.Is(err, ctxErr) {
 			// go-redis reports a deadline that struck inside a socket
@@ -302,13 +313,19 @@ func (r *Redis) Reset(ctx context.Context, req Request) error {
 	return nil
 }
 
-// run is EVALSHA, then EVAL if the server does not have the script.
+// run is runScript on the store's client.
 func (r *Redis) run(ctx context.Context, s *algorithm.Script, keys []string, args []any) (any, error) {
-	reply, err := r.client.EvalSha(ctx, s.SHA1, keys, args...).Result()
+	return runScript(ctx, r.client, s, keys, args)
+}
+
+// runScript is EVALSHA on c, then EVAL if the server does not have the
+// script.
+func runScript(ctx context.Context, c redis.Scripter, s *algorithm.Script, keys []string, args []any) (any, error) {
+	reply, err := c.EvalSha(ctx, s.SHA1, keys, args...).Result()
 	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return reply, err
 	}
-	return r.client.Eval(ctx, s.Source, keys, args...).Result()
+	return c.Eval(ctx, s.Source, keys, args...).Result()
 }
 
 // abandonable runs call on a goroutine so that ctx can end the wait even
@@ -333,8 +350,9 @@ func abandonable(ctx context.Context, call func(context.Context) (any, error)) (
 }
 
 // redisError gives a failed call context and its class: ErrWrongType or
-// ErrBadReply where one applies, ErrRejected for any other error reply about
-// this request, ErrUnavailable for the rest.
+// ErrBadReply where one applies, ErrClosed for a closed go-redis client,
+// ErrCommandRefused for a command the server does not run, ErrRejected for
+// any other error reply about this request, ErrUnavailable for the rest.
 func redisError(key string, err error) error {
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("store: script on %q returned nil: %w", key, ErrBadReply)
@@ -345,11 +363,54 @@ func redisError(key string, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("store: redis key %q: %w: %w", key, ErrWrongType, err)
 	}
+	if errors.Is(err, redis.ErrClosed) {
+		return fmt.Errorf("store: redis decision on %q: %w: %w", key, ErrClosed, err)
+	}
+	if cmd, ok := refusedCommand(err); ok {
+		return fmt.Errorf("store: redis decision on %q: %w: %s: %w", key, ErrCommandRefused, cmd, err)
+	}
 	var reply redis.Error
 	if errors.As(err, &reply) && !unavailableReply(reply) {
 		return fmt.Errorf("store: redis decision on %q: %w: %w", key, ErrRejected, err)
 	}
 	return fmt.Errorf("store: redis decision on %q: %w: %w", key, ErrUnavailable, err)
+}
+
+// refusedCommand reports whether err says that the server does not run a
+// command the store sends, or one a script calls, and names it: EVALSHA or
+// EVAL renamed away (rename-command EVALSHA ""), a proxy or managed service
+// that does not offer scripting, a script command renamed away. Such a
+// server cannot decide anyone's request, so the error is an outage's. The
+// replies are matched by text, as Redis words them: "ERR unknown command
+// 'evalsha', with args beginning with: ...", "ERR unknown command `evalsha`"
+// (Redis 6), "ERR Unknown Redis command called from script" (Redis 7; "from
+// Lua script" in 6), and "ERR unsupported command" (proxies). The name is
+// the command upper-cased, or "a command called by a script" when the reply
+// does not say.
+func refusedCommand(err error) (string, bool) {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return "", false
+	}
+	msg := reply.Error()
+	lower := strings.ToLower(msg)
+	if strings.Contains(lower, "unknown redis command called from") {
+		return "a command called by a script", true
+	}
+	for _, what := range []string{"unknown command ", "unsupported command "} {
+		i := strings.Index(lower, what)
+		if i < 0 {
+			continue
+		}
+		rest := msg[i+len(what):]
+		if len(rest) > 0 && (rest[0] == '\'' || rest[0] == '`') {
+			if j := strings.IndexAny(rest[1:], "'`"); j >= 0 {
+				return strings.ToUpper(rest[1 : 1+j]), true
+			}
+		}
+		return "a command", true
+	}
+	return "", false
 }
 
 // unavailableReplies are the prefixes of Redis error replies that mean the

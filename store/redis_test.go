@@ -276,6 +276,31 @@ func TestRedisCloseLeavesCallersClient(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrClosed)
 }
 
+// A go-redis client closed under an open store is the store's ErrClosed
+// (a programming error the caller can tell from an outage), on a server,
+// miniredis and a cluster, with pipelining and without; Reset too.
+func TestRedisClosedClientIsErrClosed(t *testing.T) {
+	_, mini := redistest.Mini(t)
+	for name, c := range map[string]redis.UniversalClient{
+		"miniredis": mini, "redis": redistest.Real(t), "cluster": redistest.Cluster(t),
+	} {
+		for _, inFlight := range []int{0, store.DefaultMaxInFlight} {
+			s := stores.Redis(t, c, store.WithMaxInFlight(inFlight))
+			req := store.Request{Strategy: algorithm.FixedWindow(1, time.Minute), Prefix: redistest.Prefix(), Key: "u", N: 1}
+			_, err := s.Decide(ctx, req)
+			require.NoError(t, err, name)
+		}
+		require.NoError(t, c.Close())
+		for _, inFlight := range []int{0, store.DefaultMaxInFlight} {
+			s := stores.Redis(t, c, store.WithMaxInFlight(inFlight))
+			req := store.Request{Strategy: algorithm.FixedWindow(1, time.Minute), Prefix: redistest.Prefix(), Key: "u", N: 1, Timeout: time.Second}
+			_, err := s.Decide(ctx, req)
+			require.ErrorIs(t, err, store.ErrClosed, "%s, %d in flight", name, inFlight)
+			require.ErrorIs(t, s.Reset(ctx, req), store.ErrClosed, "%s: Reset", name)
+		}
+	}
+}
+
 // RedisKey puts the user's key in a hash tag that Redis Cluster hashes as a
 // whole, whatever braces the key holds, and keeps distinct keys distinct.
 func TestRedisKeyHashTag(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -30,6 +31,7 @@ var _ Sharded = (*Redis)(nil)
 // client's servers, few and long-lived.
 type shards struct {
 	routed    atomic.Bool                          // a decision succeeded: see Redis.Shard
+	reloaded  atomic.Int64                         // when followTopology last asked for a reload, Unix ns
 	mu        sync.Mutex                           // serializes adding to combiners
 	combiners atomic.Pointer[map[string]*combiner] // by shard; replaced, never changed
 }
@@ -75,6 +77,34 @@ func hashTag(key string) string {
 		return braceEscaper.Replace(key)
 	}
 	return key
+}
+
+// reloadEvery is the least time between two slot-map reloads that a Redis
+// store asks of its Cluster client (go-redis itself waits 200ms between two
+// reloads, and reloads by itself only every ClusterStateReloadInterval,
+// 60s by default, or when a server answers MOVED).
+const reloadEvery = 200 * time.Millisecond
+
+// followTopology asks a Cluster client to reload its slot map, at most once
+// per reloadEvery, after a call failed as an outage does. A master that
+// dies answers no MOVED, so without it the client would keep routing its
+// slots to the dead address until its periodic reload, a minute after the
+// replica took over; with it, the first failure after the promotion (for
+// keys behind an open circuit, the next probe) brings the new master into
+// the map, Shard names it, and its keys get a circuit of their own, closed.
+// The reload is done by the client on a goroutine of its own: the caller
+// does not wait for it. Other clients are left alone.
+func (r *Redis) followTopology() {
+	c, ok := r.client.(interface{ ReloadState(context.Context) })
+	if !ok {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := r.shards.reloaded.Load()
+	if now-last < int64(reloadEvery) || !r.shards.reloaded.CompareAndSwap(last, now) {
+		return
+	}
+	c.ReloadState(context.Background())
 }
 
 // noteRouted records that a decision succeeded: a Cluster client has its

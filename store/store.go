@@ -92,15 +92,27 @@ const MaxKeyLen = 1024
 // store could not answer. Store implementations wrap one or the other.
 var (
 	// ErrUnavailable is wrapped by errors that mean the store cannot serve
-	// anyone right now: refused or broken connections, timeouts, and Redis
-	// replies such as LOADING, OOM, READONLY, CLUSTERDOWN or BUSY.
+	// anyone right now: refused or broken connections, timeouts, Redis
+	// replies such as LOADING, OOM, READONLY, CLUSTERDOWN or BUSY, and a
+	// server that does not run the commands the store sends
+	// (ErrCommandRefused).
 	ErrUnavailable = errors.New("store: unavailable")
 	// ErrRejected is wrapped by errors that mean the store answered but
 	// refused this one request: a key holding something else, a malformed
 	// reply, a script error.
 	ErrRejected = errors.New("store: request rejected")
-	// ErrClosed is returned by a store after Close. It wraps ErrUnavailable.
+	// ErrClosed is returned by a store after Close, and by the Redis store
+	// whose go-redis client was closed. It wraps ErrUnavailable. It is a
+	// programming error (a store or client used after its Close), not an
+	// outage: callers can tell it apart with errors.Is.
 	ErrClosed = fmt.Errorf("%w: closed", ErrUnavailable)
+	// ErrCommandRefused reports that the server does not run a command the
+	// store needs: EVALSHA or EVAL renamed away or not offered (a proxy, a
+	// managed service without scripting), or a command a script calls. The
+	// server answers, but can decide no one's request: it wraps
+	// ErrUnavailable, so a circuit breaker opens on it. Redis.Ping reports
+	// it with the command's name.
+	ErrCommandRefused = fmt.Errorf("%w: the server refuses a command the store needs", ErrUnavailable)
 	// ErrWrongType reports that the Redis key a strategy uses holds a value
 	// of another type (or format), written by something else. It wraps
 	// ErrRejected.

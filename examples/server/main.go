@@ -173,7 +173,7 @@ func newHandler(shared, fallback store.Store, trustedProxies []string, instances
 	return mux, nil
 }
 
-// tryLines are the curl commands printed at start (and shown in the README).
+// tryLines are the curl commands printed at start (and shown in docs/testing.md).
 func tryLines(base string) string {
 	return strings.ReplaceAll(`  # /login: 5 per minute per client IP, exact (sliding-window log): five 200s, then 429
   for i in $(seq 6); do curl -s -o /dev/null -w '%{http_code}\n' -X POST BASE/login; done

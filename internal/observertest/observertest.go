@@ -15,6 +15,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -71,8 +72,7 @@ func Run(t testing.TB, st store.Store, obs fleetlimit.Observer) {
 			t.Fatalf(format, args...)
 		}
 	}
-	dead := store.NewMemory()
-	check(dead.Close() == nil, "closing a memory store")
+	dead := stores.Down(t) // refused connections: an outage
 	breaker, err := fleetlimit.NewBreaker(fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1,
 		Clock: fixedClock(proptest.Epoch), Logger: slog.New(slog.DiscardHandler)})
 	check(err == nil, "NewBreaker: %v", err)

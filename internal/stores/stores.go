@@ -3,6 +3,7 @@
 package stores
 
 import (
+	"net"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -44,4 +45,24 @@ func All(t testing.TB) map[string]store.Store {
 		all["redis"] = Redis(t, redistest.Real(t))
 	}
 	return all
+}
+
+// Down returns a Redis store whose server is gone: its client dials a
+// loopback port where nothing listens, once per call (DialerRetries 1), so
+// every call fails at once with connection refused — an outage, which a
+// limiter's breaker counts and its policy decides. Closed when the test
+// ends.
+func Down(t testing.TB) *store.Redis {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return Redis(t, c)
 }

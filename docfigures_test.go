@@ -1,0 +1,168 @@
+package fleetlimit_test
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// benchRun is the run a doc cites as "DATE UTC, commit C" or "DATE UTC at
+// commit C": the bench's RESULTS.md names its date and commit.
+var benchRunCite = regexp.MustCompile(`(\d{4}-\d\d-\d\d \d\d:\d\d) UTC,?\s+(?:at\s+)?commit\s+([0-9a-f]{7,})`)
+
+// figureClaim is a figure a doc copies from a generated source: the
+// groups of docRe in doc must equal the groups of srcRe (its first match)
+// in src.
+type figureClaim struct {
+	what         string
+	doc, docRe   string
+	src, srcRe   string
+	wantsMatches int // how many times docRe must match in doc; 0 means 1
+}
+
+// docFigureClaims are the figures the README and docs copy from the bench's
+// run (bench/RESULTS.md and docs/performance.md, both written by
+// bench/run.sh from one run). When the bench is re-run, the docs must be
+// updated with it, or this fails.
+var docFigureClaims = []figureClaim{
+	{
+		what: "the token bucket's speed against redis_rate at 64 goroutines",
+		doc:  "README.md", docRe: `made\s+([\d.]+)× the decisions per second of go-redis/redis_rate at 64 goroutines`,
+		src: "bench/RESULTS.md", srcRe: `Token bucket on Redis at 64 goroutines: [^|]*\| ([\d.]+)× \(WithClock`,
+	},
+	{
+		what: "the token bucket's speed at 1 and 8 goroutines",
+		doc:  "README.md", docRe: `at 1 and 8 goroutines it was slower \(([\d.]+)×, ([\d.]+)×\)`,
+		src: "bench/RESULTS.md", srcRe: `Token bucket on Redis at 64 goroutines: [^|]*\| [^|]*all: 1 goroutines ([\d.]+)×, 8 goroutines ([\d.]+)×`,
+	},
+	{
+		what: "Redis CPU per decision, token bucket and redis_rate",
+		doc:  "README.md", docRe: `with ([\d.]+) µs of Redis CPU per decision against redis_rate's ([\d.]+) µs`,
+		src: "docs/performance.md", srcRe: `(?s)## At a glance.*?\| fleetlimit token bucket \|(?: [^|]+ \|){5} ([\d.]+) \|.*?\| redis_rate \(GCRA\) \|(?: [^|]+ \|){5} ([\d.]+) \|`,
+	},
+	{
+		what: "leases of 64 on one hot key against redis_rate",
+		doc:  "docs/choosing.md", docRe: `made\s+([\d.]+)× redis_rate's decisions/s with leases of 64`,
+		src: "bench/RESULTS.md", srcRe: `One hot key at 64 goroutines: token bucket with leases of 64 [^|]*\| ([\d.]+)× \(`,
+	},
+	{
+		what: "leases of 64 on one hot key against redis_rate",
+		doc:  "docs/leases.md", docRe: `goroutines,\s+([\d.]+)× its decisions/s with leases of 64`,
+		src: "bench/RESULTS.md", srcRe: `One hot key at 64 goroutines: token bucket with leases of 64 [^|]*\| ([\d.]+)× \(`,
+	},
+	{
+		what: "Redis CPU per decision on the hot key, leases of 64 and redis_rate",
+		doc:  "docs/choosing.md", docRe: `\(([\d.]+) µs against ([\d.]+) µs\)`,
+		src: "bench/RESULTS.md", srcRe: `with leases of 64, [\d.]+ round trips, ([\d.]+) µs of Redis CPU and [\d.]+ µs of Go CPU; redis_rate [\d.]+ round trips, ([\d.]+) µs`,
+	},
+	{
+		what: "Limiter.Allow's CPU on the memory store",
+		doc:  "docs/http.md", docRe: "`Limiter.Allow` on the memory store, default options, at (\\d+) CPU ns",
+		src: "docs/performance.md", srcRe: `\| fleetlimit Limiter.Allow, memory, token bucket \| (\d+) \|`,
+	},
+	{
+		what: "decisions per Redis core, sliding log and token bucket",
+		doc:  "docs/operations.md", docRe: `half of ([\d.]+k) to ([\d.]+k) decisions/s per Redis core`,
+		src: "docs/performance.md", srcRe: `(?s)## What Redis CPU.*?\| fleetlimit sliding log \|(?: [^|]+ \|){4} ([\d.]+k) \|.*?\| fleetlimit token bucket \|(?: [^|]+ \|){4} ([\d.]+k) \|`,
+	},
+}
+
+// copiedRows are doc tables copied row for row from a generated page: each
+// row under the marker (up to the first line that is not a table row) must
+// be a row of the source's table under the heading.
+var copiedRows = []struct{ doc, marker, src, heading string }{
+	{"docs/operations.md", `<!-- rows from docs/performance.md, "What Redis CPU a request rate needs" -->`,
+		"docs/performance.md", "## What Redis CPU a request rate needs"},
+}
+
+func readDoc(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// tableRows are the lines starting with "|" from the start of s up to the
+// first line that is not one, after skipping lines before the table.
+func tableRows(s string) []string {
+	var rows []string
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "|") {
+			rows = append(rows, line)
+		} else if len(rows) > 0 {
+			break
+		}
+	}
+	return rows
+}
+
+// TestDocFiguresMatchTheirRun: the figures the README and docs copy from
+// the bench's run are that run's. Every citation of a run by date and
+// commit in these pages names the run bench/RESULTS.md holds; every copied
+// figure equals its source's; every copied table row is a row of its
+// source's table.
+func TestDocFiguresMatchTheirRun(t *testing.T) {
+	results := readDoc(t, "bench/RESULTS.md")
+	date := regexp.MustCompile("Written by `cd bench && ./run.sh` \\(in `bench/`\\) on (\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d) UTC").FindStringSubmatch(results)
+	commit := regexp.MustCompile(`\| fleetlimit commit \| ([0-9a-f]+) \|`).FindStringSubmatch(results)
+	if date == nil || commit == nil {
+		t.Fatal("bench/RESULTS.md names no date or commit")
+	}
+	perf := readDoc(t, "docs/performance.md")
+	if !strings.Contains(perf, "run of `cd bench && ./run.sh` on "+date[1][:10]) {
+		t.Errorf("docs/performance.md is not from the run of %s that bench/RESULTS.md holds", date[1])
+	}
+
+	for _, doc := range []string{"README.md", "docs/choosing.md", "docs/http.md", "docs/leases.md", "docs/operations.md"} {
+		cites := benchRunCite.FindAllStringSubmatch(readDoc(t, doc), -1)
+		if len(cites) == 0 {
+			t.Errorf("%s cites no bench run by date and commit", doc)
+		}
+		for _, c := range cites {
+			if c[1] != date[1] || !strings.HasPrefix(commit[1], c[2]) {
+				t.Errorf("%s cites the run of %s UTC, commit %s; bench/RESULTS.md holds the run of %s UTC, commit %s", doc, c[1], c[2], date[1], commit[1])
+			}
+		}
+	}
+
+	for _, c := range docFigureClaims {
+		got := regexp.MustCompile(c.docRe).FindAllStringSubmatch(readDoc(t, c.doc), -1)
+		if len(got) != 1 {
+			t.Errorf("%s: %s: %d matches of %q, want 1", c.doc, c.what, len(got), c.docRe)
+			continue
+		}
+		want := regexp.MustCompile(c.srcRe).FindStringSubmatch(readDoc(t, c.src))
+		if want == nil {
+			t.Errorf("%s: %s: not found in %s", c.doc, c.what, c.src)
+			continue
+		}
+		if !slices.Equal(got[0][1:], want[1:]) {
+			t.Errorf("%s: %s: the doc says %v, %s says %v", c.doc, c.what, got[0][1:], c.src, want[1:])
+		}
+	}
+
+	for _, c := range copiedRows {
+		doc := readDoc(t, c.doc)
+		i := strings.Index(doc, c.marker)
+		src := readDoc(t, c.src)
+		j := strings.Index(src, c.heading)
+		if i < 0 || j < 0 {
+			t.Errorf("%s: marker %q or %s: heading %q missing", c.doc, c.marker, c.src, c.heading)
+			continue
+		}
+		rows, srcRows := tableRows(doc[i+len(c.marker):]), tableRows(src[j+len(c.heading):])
+		if len(rows) < 3 {
+			t.Errorf("%s: the table under %q has %d rows", c.doc, c.marker, len(rows))
+		}
+		for _, r := range rows {
+			if !slices.Contains(srcRows, r) {
+				t.Errorf("%s: row %q is not in %s's table %q", c.doc, r, c.src, c.heading)
+			}
+		}
+	}
+}
