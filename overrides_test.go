@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -385,5 +386,71 @@ func TestOverrideRefreshFailureKeepsCopy(t *testing.T) {
 	}
 	if got := strings.Count(logs.String(), "reading the override table failed"); got != 1 {
 		t.Fatalf("the failure was logged %d times, want once:\n%s", got, logs.String())
+	}
+}
+
+// TestOverridesConcurrent: decisions on two instances race their
+// background reads and one instance's writes (run it with -race); every
+// decision is the limiter's rule, the override's, an exemption or a block,
+// and none fails.
+func TestOverridesConcurrent(t *testing.T) {
+	ctx := context.Background()
+	st := stores.Memory(t)
+	n := testName()
+	var ls []*fleetlimit.Limiter
+	for range 2 {
+		l, err := fleetlimit.New(algorithm.SlidingWindowLog(5, time.Hour), st, fleetlimit.WithName(n), fleetlimit.WithOverrides(10*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 8)
+	go func() {
+		defer close(done)
+		for i := range 3000 {
+			key := fmt.Sprintf("k%d", i%3)
+			var err error
+			switch i % 4 {
+			case 0:
+				err = ls[0].SetOverride(ctx, key, algorithm.SlidingWindowLog(50, time.Hour), time.Hour)
+			case 1:
+				err = ls[0].SetOverride(ctx, key, algorithm.Unlimited(), time.Hour)
+			case 2:
+				err = ls[0].Block(ctx, key, time.Hour)
+			default:
+				err = ls[0].ClearOverride(ctx, key)
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := ls[g%2]
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				res, err := l.Allow(ctx, fmt.Sprintf("k%d", i%3))
+				if err != nil || (res.Limit != 5 && res.Limit != 50) || (!res.Allowed && res.RetryAfter <= 0) {
+					errs <- fmt.Errorf("decision %+v, %v", res, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
