@@ -42,6 +42,11 @@ const (
 // stage as a tier is (WithStrategyFor): an overridden key is decided by
 // its override's rule, in the same store call as ever; an exempt key is
 // admitted and a blocked one denied in process, without the store. So a
+// An override takes the place of the key's tier (WithStrategyFor) while it
+// lasts, and is put in the limiter's penalty box (WithPenalty) as a tier
+// is. Peek and Refund see overrides too: a peek of an exempt or blocked key
+// answers as AllowN would, and a refund of one gives nothing back (its
+// requests charged nothing). A
 // decision costs no extra round trip: the copy is refreshed by one small
 // read (a few bytes while the table is unchanged) when a decision finds it
 // older than refresh, in the background; only a decision that finds it
