@@ -25,7 +25,9 @@
 // with -password and -tls (a TLS connection verified against the system's
 // roots) as go-redis takes them; -username for Redis ACLs.
 //
-// Output is for people; -json prints one JSON document instead. Every
+// Flags may come before, between or after the command's words; after
+// "--" every argument is a word (a key that starts with "-"). Output is
+// for people; -json prints one JSON document instead. Every
 // write says what it did. Exit codes: 0 done, 1 the store failed, 2 bad
 // usage or input (nothing was written).
 package main
@@ -99,7 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: fleetlimit [flags] list | show KEY | reset KEY | block KEY DURATION | unblock KEY | set KEY RULE TTL | clear KEY")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, ok := parseInterleaved(fs, args)
+	if !ok {
 		return exitUsage
 	}
 	c := &cli{out: stdout, json: *asJSON}
@@ -110,7 +113,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}()
 	err := c.setUp(ctx, *addr, *cluster, *username, *password, *useTLS, *ruleText, *name, *prefix, *timeout)
 	if err == nil {
-		err = c.do(ctx, fs.Args())
+		err = c.do(ctx, pos)
 	}
 	var ue usageError
 	switch {
@@ -126,6 +129,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "fleetlimit:", strings.TrimPrefix(err.Error(), "fleetlimit: "))
 	return exitStore
+}
+
+// parseInterleaved parses args with fs, flags before, between or after the
+// command's words ("list -json"), and returns the words; after "--"
+// every argument is a word (a key that starts with "-").
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, bool) {
+	var words []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, false
+		}
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(words, rest...), true
+		}
+		if len(rest) == 0 {
+			return words, true
+		}
+		words, args = append(words, rest[0]), rest[1:]
+	}
 }
 
 // setUp connects to the store and builds the limiter.

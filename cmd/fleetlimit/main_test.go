@@ -91,6 +91,12 @@ func TestCommandEndToEnd(t *testing.T) {
 				t.Fatalf("list -json: %+v", list)
 			}
 			contains(tool(0, "list"), "alice", "bob", "unlimited", "carol", "block", "3 overrides and blocks")
+			// Flags after the command's words, and a key after "--".
+			if err := json.Unmarshal([]byte(tool(0, "list", "-json")), &list); err != nil || len(list.Overrides) != 3 {
+				t.Fatalf("list -json: %+v, %v", list, err)
+			}
+			contains(tool(0, "block", "--", "-dash", "1m"), `blocked key "-dash"`)
+			contains(tool(0, "unblock", "--", "-dash"), `unblocked key "-dash"`)
 
 			a := app()
 			if res, err := a.Allow(ctx, "carol"); err != nil || res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > 10*time.Minute {
