@@ -125,6 +125,25 @@ func TestOverrideRule(t *testing.T) {
 	}
 }
 
+// TestUnlimitedIsNoRule: New refuses algorithm.Unlimited as a limiter's
+// own rule, and WithOverrides a store that keeps no override tables.
+func TestUnlimitedIsNoRule(t *testing.T) {
+	if _, err := fleetlimit.New(algorithm.Unlimited(), stores.Memory(t)); !errors.Is(err, fleetlimit.ErrInvalidConfig) {
+		t.Fatalf("New(Unlimited): %v, want ErrInvalidConfig", err)
+	}
+	plain := struct{ store.Store }{stores.Memory(t)}
+	if _, err := fleetlimit.New(algorithm.FixedWindow(1, time.Second), plain, fleetlimit.WithOverrides(0)); !errors.Is(err, fleetlimit.ErrInvalidConfig) {
+		t.Fatalf("WithOverrides over a store without tables: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := fleetlimit.New(algorithm.FixedWindow(1, time.Second), stores.Memory(t), fleetlimit.WithOverrides(time.Millisecond)); !errors.Is(err, fleetlimit.ErrInvalidConfig) {
+		t.Fatalf("WithOverrides(1ms): %v, want ErrInvalidConfig", err)
+	}
+	l, _ := fleetlimit.New(algorithm.FixedWindow(1, time.Second), stores.Memory(t), fleetlimit.WithName(testName()))
+	if err := l.Block(context.Background(), "k", time.Second); !errors.Is(err, fleetlimit.ErrNoOverrides) {
+		t.Fatalf("Block without WithOverrides: %v, want ErrNoOverrides", err)
+	}
+}
+
 // custom is a strategy of the sliding log's shape that has no text form.
 type custom struct{ algorithm.Strategy }
 
