@@ -66,6 +66,7 @@ func BenchmarkAllowN(b *testing.B) {
 	}
 	b.Run("memory", memory())
 	b.Run("memory-no-breaker", memory(fleetlimit.WithoutBreaker()))
+	b.Run("memory-overrides", memory(fleetlimit.WithOverrides(0))) // on, with an empty table
 	b.Run("memory-observer", func(b *testing.B) {
 		observed := 0
 		memory(fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) {

@@ -57,11 +57,12 @@ type Limiter struct {
 	strategy algorithm.Strategy // the limiter's own (Strategy)
 	rule     algorithm.Strategy // strategy as applied to keys: in its penalty box (WithPenalty) if any
 	store    store.Store
-	fallback *fallback     // nil unless the policy is FailLocal
-	denials  *denial.Cache // nil without WithDenialCache
-	leases   *lease.Table  // nil without WithLeases
-	sweep    *sweeper      // the leases' sweep; nil without WithLeases
-	skew     *skewWatch    // nil without WithClock, or over a store without a clock
+	fallback *fallback      // nil unless the policy is FailLocal
+	denials  *denial.Cache  // nil without WithDenialCache
+	leases   *lease.Table   // nil without WithLeases
+	sweep    *sweeper       // the leases' sweep; nil without WithLeases
+	skew     *skewWatch     // nil without WithClock, or over a store without a clock
+	ov       *overrideTable // nil without WithOverrides
 	// The pipeline's modes, one per entry point.
 	allow, peek, refund mode
 	holds               holdModes // Acquire's, Release's and Renew's (permit.go)
@@ -134,6 +135,9 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		return nil, err
 	}
 	l.skew = newSkewWatch(l)
+	if l.ov, err = newOverrideTable(l); err != nil {
+		return nil, err
+	}
 	if err := claimKeys(l); err != nil {
 		return nil, err
 	}
@@ -280,6 +284,7 @@ type call struct {
 // the first stage that decides ends it:
 //
 //  1. start: validate the call, check the caller, apply the key's tier;
+//     then its override (WithOverrides), which may decide it in process;
 //  2. local: in process — the key's lease, then a remembered denial;
 //  3. remote: the store, through the key's circuit — a probe, a lease
 //     round trip, or the mode's operation — and the breaker told how the
@@ -301,6 +306,11 @@ func (l *Limiter) decideCall(ctx context.Context, c *call, key string, n int64) 
 	m := c.m
 	if o, err := l.start(ctx, c, key, n); err != nil {
 		return l.none(), o, err
+	}
+	if l.ov != nil {
+		if res, o, ok := l.overridden(ctx, c); ok {
+			return res, o, nil
+		}
 	}
 	if m.local {
 		if res, o, ok, err := l.local(ctx, c); ok {

@@ -111,6 +111,11 @@ const (
 	// had leased from the store (WithLeases), with no round trip. Err is
 	// nil.
 	DecidedByLease
+	// DecidedByOverride: the key is exempt (SetOverride with
+	// algorithm.Unlimited) or blocked (Block), and the limiter answered in
+	// process, without the store, recording nothing. Err is nil. A key
+	// whose override is a rule is decided by the store as usual.
+	DecidedByOverride
 )
 
 func (d Decider) String() string {
@@ -127,6 +132,8 @@ func (d Decider) String() string {
 		return "cache"
 	case DecidedByLease:
 		return "lease"
+	case DecidedByOverride:
+		return "override"
 	}
 	return fmt.Sprintf("Decider(%d)", int(d))
 }

@@ -48,6 +48,7 @@ type config struct {
 	leaseSize         int64                                                     // WithLeases; 0: none
 	leaseMaxAge       time.Duration                                             // WithLeases
 	penalty           *algorithm.Penalty
+	overrides         time.Duration // WithOverrides' refresh; 0: none
 
 	errs []error
 }
@@ -62,6 +63,9 @@ func defaults(s algorithm.Strategy) config {
 }
 
 func (c *config) validate(s algorithm.Strategy) error {
+	if algorithm.IsUnlimited(s) {
+		c.errs = append(c.errs, errors.New("algorithm.Unlimited exempts a key (SetOverride); it is no limiter's rule"))
+	}
 	switch {
 	case c.prefixSet:
 	case c.named:

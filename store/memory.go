@@ -48,6 +48,7 @@ type Memory struct {
 	horizon    atomic.Int64 // µs; see Sweep. Only Sweep moves it, forward.
 	sweeping   sync.Mutex   // one Sweep at a time
 	closed     atomic.Bool
+	overrides  memoryOverrides // see Overrider
 	stop       chan struct{}
 	done       chan struct{}
 }
