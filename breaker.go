@@ -162,9 +162,11 @@ func (s BreakerState) String() string {
 // for the whole store.
 //
 // A circuit counts availability failures (timeouts, refused or broken
-// connections, a closed store or client, and Redis replies meaning the server
-// cannot serve: LOADING, OOM, READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN,
-// NOREPLICAS, BUSY, MISCONF, authentication and client-limit errors) in runs.
+// connections, a server that refuses the scripts' commands, and Redis
+// replies meaning the server cannot serve: LOADING, OOM, READONLY,
+// MASTERDOWN, CLUSTERDOWN, TRYAGAIN, NOREPLICAS, BUSY, MISCONF,
+// authentication and client-limit errors) in runs. A closed store or
+// client is not an outage and is not counted (see ErrStoreUnavailable).
 // A run starts with a failure; every later failure and every answer of the
 // store is added to it; it ends when answers bring the failures below
 // FailureRatio of its round trips, or after ForgetAfter without a failure.
