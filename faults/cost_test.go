@@ -80,14 +80,21 @@ func TestSlidingLogCostCap(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.Allowed, "a peek above the cap")
 
-	// A lease as large as the limit takes at most MaxLogCost units.
+	// A lease as large as the limit takes at most MaxLogCost units. A
+	// key's first round trip is an exact decision (one unit); its next
+	// takes the lease.
 	leased := newLimiter(t, log, redisStore(t, c), fleetlimit.WithKeyPrefix(p),
 		fleetlimit.WithLeases(algorithm.MaxLogLimit, time.Minute), fleetlimit.WithClock(fixedClock(t0)))
 	res, err = leased.AllowN(bg, "u", 1)
 	require.NoError(t, err)
 	require.True(t, res.Allowed)
+	require.Equal(t, int64(algorithm.MaxLogCost+1), members(), "the first round trip was exact")
+	slowestScript(t, c)
+	res, err = leased.AllowN(bg, "u", 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
 	leaseTime := slowestScript(t, c)
-	require.Equal(t, int64(2*algorithm.MaxLogCost), members(), "the lease took MaxLogCost units")
+	require.Equal(t, int64(2*algorithm.MaxLogCost+1), members(), "the lease took MaxLogCost units")
 
 	t.Logf("largest accepted cost %d: %v inside Redis (%d members, %d bytes); a lease of MaxLogCost units: %v; limit %d",
 		algorithm.MaxLogCost, admitTime, algorithm.MaxLogCost, size, leaseTime, algorithm.MaxLogLimit)
