@@ -118,6 +118,13 @@ const (
 // FailClosed denies. In shadow mode a denial is admitted with a Permit
 // that holds no slot (Result.Shadow). The Observer is not told.
 //
+// There is no blocking Acquire (as WaitN is for AllowN), on purpose for
+// now: WaitN sleeps an exact RetryAfter, but a slot frees when some holder
+// releases it, which no instance can foresee — RetryAfter here is only the
+// earliest expiry — so a waiter could only poll, and a queue in one process
+// would order nothing against the fleet's other instances. Retry a denial
+// after a short, jittered pause of your choosing, within your context.
+//
 // Acquire is safe for concurrent use.
 func (l *Limiter) Acquire(ctx context.Context, key string) (Permit, Result, error) {
 	if l.holds.acquire.op == nil {
