@@ -131,18 +131,20 @@ type BreakerConfig struct {
 	Logger *slog.Logger
 }
 
-// BreakerState is the state of a Breaker.
+// BreakerState is the state of a Breaker. Its values rise with how much of
+// the store's traffic the breaker keeps out, 0 closed, 1 half-open, 2 open:
+// the value the observers' breaker gauges report.
 type BreakerState int
 
 const (
 	// BreakerClosed: every decision goes to the store.
 	BreakerClosed BreakerState = iota
-	// BreakerOpen: the store has been failing and is not called until the
-	// cool-down ends.
-	BreakerOpen
 	// BreakerHalfOpen: the cool-down is over; one decision at a time is let
 	// through to the store as a probe.
 	BreakerHalfOpen
+	// BreakerOpen: the store has been failing and is not called until the
+	// cool-down ends.
+	BreakerOpen
 )
 
 func (s BreakerState) String() string {

@@ -2,8 +2,11 @@ package fleetlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // Observer is told about every decision a Limiter makes: to count, log or
@@ -88,6 +91,56 @@ func ContextWithRoute(ctx context.Context, route string) context.Context {
 
 // Degraded reports whether the store did not make this decision.
 func (e Event) Degraded() bool { return e.Err != nil }
+
+// Cause is why the store did not make a degraded decision: the one
+// classification every observer reports (promobserver's cause label,
+// otelobserver's error.type), read with Event.Cause. (A store used after
+// Close is an error, not a decision, and is not observed.)
+type Cause uint8
+
+const (
+	// CauseNone: the store decided, or the caller's context was done
+	// before it could (DecidedByCaller: the caller, not the store, failed).
+	CauseNone Cause = iota
+	// CauseUnavailable: refused or broken connections, and Redis errors
+	// such as OOM, LOADING, READONLY.
+	CauseUnavailable
+	// CauseTimeout: the store did not answer within the limiter's timeout.
+	CauseTimeout
+	// CauseCircuitOpen: the breaker kept the store out of the decision.
+	CauseCircuitOpen
+	// CauseRejected: the store answered and refused this request (a key of
+	// another type, a malformed reply).
+	CauseRejected
+)
+
+// Cause classifies e's store error; CauseNone when e is not degraded or
+// was decided by the caller's context.
+func (e Event) Cause() Cause {
+	switch {
+	case e.Err == nil || e.DecidedBy == DecidedByCaller:
+		return CauseNone
+	case errors.Is(e.Err, ErrCircuitOpen):
+		return CauseCircuitOpen
+	case errors.Is(e.Err, context.DeadlineExceeded):
+		return CauseTimeout
+	case errors.Is(e.Err, store.ErrRejected):
+		return CauseRejected
+	}
+	return CauseUnavailable
+}
+
+// String is c in snake case: "none", "unavailable", "timeout",
+// "circuit_open" or "rejected".
+func (c Cause) String() string {
+	if int(c) < len(causeNames) {
+		return causeNames[c]
+	}
+	return fmt.Sprintf("Cause(%d)", int(c))
+}
+
+var causeNames = [...]string{CauseNone: "none", CauseUnavailable: "unavailable", CauseTimeout: "timeout",
+	CauseCircuitOpen: "circuit_open", CauseRejected: "rejected"}
 
 // Decider says who made a decision.
 type Decider uint8

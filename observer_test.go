@@ -2,7 +2,10 @@ package fleetlimit_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -96,5 +99,44 @@ func TestSlogObserver(t *testing.T) {
 		require.Equal(t, "fail-closed", last["policy"])
 		require.Equal(t, "policy", last["decided_by"])
 		require.Contains(t, last["error"], "store unavailable")
+	}
+}
+
+// Event.Cause classifies a degraded decision's store error as the limiter
+// returns it: a refused port is unavailable, an open breaker
+// circuit_open, a deadline timeout; a store decision and a cancelled caller have
+// none, and the sentinels nested in another wrapping still classify.
+func TestEventCause(t *testing.T) {
+	decide := func(st store.Store, ctx context.Context, opts ...fleetlimit.Option) fleetlimit.Event {
+		t.Helper()
+		rec := &spy.Observer{}
+		l, err := fleetlimit.New(algorithm.FixedWindow(3, time.Minute), st,
+			append([]fleetlimit.Option{fleetlimit.WithObserver(rec), fleetlimit.WithTimeout(slowMachine)}, opts...)...)
+		require.NoError(t, err)
+		_, _ = l.Allow(ctx, "alice")
+		ev := rec.Take()
+		require.Len(t, ev, 1)
+		return ev[0]
+	}
+	require.Equal(t, fleetlimit.CauseNone, decide(stores.Memory(t), bg).Cause())
+	require.Equal(t, fleetlimit.CauseUnavailable, decide(stores.Down(t), bg).Cause())
+	gone, cancel := context.WithCancel(bg)
+	cancel()
+	require.Equal(t, fleetlimit.CauseNone, decide(stores.Down(t), gone).Cause(), "the caller, not the store, failed")
+
+	wrapped := func(err error) fleetlimit.Event {
+		return fleetlimit.Event{Err: fmt.Errorf("fleetlimit: outer: %w", fmt.Errorf("%w: %w", fleetlimit.ErrStoreUnavailable, err))}
+	}
+	for err, want := range map[error]fleetlimit.Cause{
+		fleetlimit.ErrCircuitOpen: fleetlimit.CauseCircuitOpen,
+		context.DeadlineExceeded:  fleetlimit.CauseTimeout,
+		store.ErrRejected:         fleetlimit.CauseRejected,
+		errors.New("READONLY"):    fleetlimit.CauseUnavailable,
+	} {
+		require.Equal(t, want, wrapped(err).Cause(), "%v", err)
+	}
+	for c, s := range map[fleetlimit.Cause]string{fleetlimit.CauseNone: "none", fleetlimit.CauseCircuitOpen: "circuit_open",
+		fleetlimit.CauseRejected: "rejected", fleetlimit.Cause(200): "Cause(200)"} {
+		require.Equal(t, s, c.String())
 	}
 }

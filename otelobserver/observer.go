@@ -23,7 +23,7 @@
 //	fleetlimit.limiter   the limiter's name (fleetlimit.WithName)
 //	fleetlimit.result    allowed, denied
 //	fleetlimit.decider   store, cache, lease, policy, fallback, caller (fleetlimit.Decider)
-//	error.type           timeout, circuit_open, closed, rejected, unavailable
+//	error.type           timeout, circuit_open, rejected, unavailable
 //
 // The names follow ASP.NET Core's rate-limiting metrics
 // (aspnetcore.rate_limiting.requests with an aspnetcore.rate_limiting.result
@@ -52,6 +52,7 @@ package otelobserver
 import (
 	"context"
 	"errors"
+
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -60,7 +61,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fleetlimit/fleetlimit"
-	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // ScopeName is the instrumentation scope of the meter New asks the
@@ -76,7 +76,7 @@ const (
 	// DeciderKey says who decided: fleetlimit.Decider's String.
 	DeciderKey = attribute.Key("fleetlimit.decider")
 	// ErrorTypeKey is the cause of a store error (OpenTelemetry's
-	// error.type).
+	// error.type): fleetlimit.Cause's String.
 	ErrorTypeKey = attribute.Key("error.type")
 )
 
@@ -84,22 +84,6 @@ const (
 const (
 	ResultAllowed = "allowed"
 	ResultDenied  = "denied"
-)
-
-// Causes of store errors, the values of ErrorTypeKey.
-const (
-	// CauseTimeout: the store did not answer within the limiter's timeout.
-	CauseTimeout = "timeout"
-	// CauseCircuitOpen: the breaker kept the store out of the decision.
-	CauseCircuitOpen = "circuit_open"
-	// CauseClosed: the store was closed.
-	CauseClosed = "closed"
-	// CauseRejected: the store answered and refused this request (a key of
-	// another type, a malformed reply).
-	CauseRejected = "rejected"
-	// CauseUnavailable: refused or broken connections, and Redis errors
-	// such as OOM, LOADING, READONLY.
-	CauseUnavailable = "unavailable"
 )
 
 // latencyBuckets are the histogram's bounds in seconds: from 50µs (a
@@ -112,20 +96,11 @@ var latencyBuckets = []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3
 // later one is recorded with attributes built for the call.
 const numDeciders = int(fleetlimit.DecidedByLease) + 1
 
-var (
-	results = [2]string{ResultAllowed, ResultDenied}
-	causes  = [...]string{timeout: CauseTimeout, circuitOpen: CauseCircuitOpen, closed: CauseClosed,
-		rejected: CauseRejected, unavailable: CauseUnavailable}
-)
+var results = [2]string{ResultAllowed, ResultDenied}
 
-// The indices of causes.
-const (
-	timeout = iota
-	circuitOpen
-	closed
-	rejected
-	unavailable
-)
+// numCauses is the number of fleetlimit.Cause values known here; a later
+// one is recorded with attributes built for the call.
+const numCauses = int(fleetlimit.CauseRejected) + 1
 
 // Observer is a fleetlimit.Observer that records decisions on
 // OpenTelemetry instruments (see the package doc). Give one Observer to
@@ -156,7 +131,7 @@ type limiterSets struct {
 	decision [2][numDeciders][]metric.AddOption // by result (0 allowed), decider
 	latency  [numDeciders][]metric.RecordOption // by decider
 	shadow   []metric.AddOption
-	errors   [len(causes)][]metric.AddOption // by cause
+	errors   [numCauses][]metric.AddOption // by fleetlimit.Cause
 	gauge    []metric.ObserveOption
 	breaker  atomic.Pointer[fleetlimit.Breaker]
 }
@@ -183,7 +158,7 @@ func New(mp metric.MeterProvider) (*Observer, error) {
 		metric.WithDescription("Time to make a rate-limit decision, the store's round trip included, by limiter and decider."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	o.storeErrors, errs[4] = m.Int64Counter("fleetlimit.store.errors", metric.WithUnit("{error}"),
-		metric.WithDescription("Decisions the store did not make, by limiter and error.type (timeout, circuit_open, closed, rejected, unavailable)."))
+		metric.WithDescription("Decisions the store did not make, by limiter and error.type (timeout, circuit_open, rejected, unavailable)."))
 	o.breaker, errs[5] = m.Int64ObservableGauge("fleetlimit.breaker.state", metric.WithUnit("{state}"),
 		metric.WithDescription("State of the limiter's circuit breaker: 0 closed, 1 half-open, 2 open."))
 	if errs[5] == nil {
@@ -210,8 +185,8 @@ func (o *Observer) Observe(e fleetlimit.Event) {
 		o.shadow.Add(ctx, 1, s.shadow...)
 	}
 	o.latency.Record(ctx, e.Latency.Seconds(), latency...)
-	if e.Degraded() && e.DecidedBy != fleetlimit.DecidedByCaller {
-		o.storeErrors.Add(ctx, 1, s.errors[cause(e.Err)]...)
+	if c := e.Cause(); c != fleetlimit.CauseNone {
+		o.storeErrors.Add(ctx, 1, s.errorOptions(c)...)
 	}
 }
 
@@ -251,8 +226,8 @@ func newLimiterSets(name string) *limiterSets {
 		}
 		s.latency[d] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(limiter, by))}
 	}
-	for i, c := range causes {
-		s.errors[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(limiter, ErrorTypeKey.String(c)))}
+	for c := range numCauses {
+		s.errors[c] = causeOptions(limiter, fleetlimit.Cause(c))
 	}
 	only := metric.WithAttributeSet(attribute.NewSet(limiter))
 	s.shadow = []metric.AddOption{only}
@@ -260,19 +235,18 @@ func newLimiterSets(name string) *limiterSets {
 	return s
 }
 
-// cause is the index in causes of a store error's cause.
-func cause(err error) int {
-	switch {
-	case errors.Is(err, fleetlimit.ErrCircuitOpen):
-		return circuitOpen
-	case errors.Is(err, context.DeadlineExceeded):
-		return timeout
-	case errors.Is(err, store.ErrClosed):
-		return closed
-	case errors.Is(err, store.ErrRejected):
-		return rejected
+// errorOptions are the options of a store error of cause c: s's when c is
+// a known Cause, else built now.
+func (s *limiterSets) errorOptions(c fleetlimit.Cause) []metric.AddOption {
+	if int(c) < numCauses {
+		return s.errors[c]
 	}
-	return unavailable
+	return causeOptions(LimiterKey.String(s.name), c)
+}
+
+// causeOptions are the options of a store error of cause c.
+func causeOptions(limiter attribute.KeyValue, c fleetlimit.Cause) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(limiter, ErrorTypeKey.String(c.String())))}
 }
 
 // observeBreakers reports each limiter's breaker state when the reader
@@ -282,20 +256,9 @@ func (o *Observer) observeBreakers(_ context.Context, ob metric.Observer) error 
 	o.limiters.Range(func(_, v any) bool {
 		s := v.(*limiterSets)
 		if b := s.breaker.Load(); b != nil {
-			ob.ObserveInt64(o.breaker, openness(b.State()), s.gauge...)
+			ob.ObserveInt64(o.breaker, int64(b.State()), s.gauge...)
 		}
 		return true
 	})
 	return nil
-}
-
-// openness is the gauge's value of st: 0 closed, 1 half-open, 2 open.
-func openness(st fleetlimit.BreakerState) int64 {
-	switch st {
-	case fleetlimit.BreakerHalfOpen:
-		return 1
-	case fleetlimit.BreakerOpen:
-		return 2
-	}
-	return 0
 }

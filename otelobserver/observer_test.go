@@ -233,7 +233,7 @@ func TestObserverStoreErrorCauses(t *testing.T) {
 			}
 			_, err = l.Allow(bg, "bad")
 			require.ErrorIs(t, err, store.ErrRejected)
-			requireOnlyError(t, reader, otelobserver.CauseRejected)
+			requireOnlyError(t, reader, fleetlimit.CauseRejected.String())
 		})
 	}
 	for _, tc := range []struct {
@@ -244,9 +244,9 @@ func TestObserverStoreErrorCauses(t *testing.T) {
 	}{
 		// The hung server: the limiter's timeout passes (nothing is
 		// measured against the clock; the test waits for it to pass).
-		{name: "hung", st: hung, timeout: 50 * time.Millisecond, want: otelobserver.CauseTimeout},
-		{name: "loading", st: stores.Redis(t, loadingClient), timeout: slowMachine, want: otelobserver.CauseUnavailable},
-		{name: "refused", st: refused, timeout: slowMachine, want: otelobserver.CauseUnavailable},
+		{name: "hung", st: hung, timeout: 50 * time.Millisecond, want: fleetlimit.CauseTimeout.String()},
+		{name: "loading", st: stores.Redis(t, loadingClient), timeout: slowMachine, want: fleetlimit.CauseUnavailable.String()},
+		{name: "refused", st: refused, timeout: slowMachine, want: fleetlimit.CauseUnavailable.String()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obs, reader := newObserver(t)

@@ -11,7 +11,7 @@
 //	fleetlimit_shadow_admissions_total{limiter}      counter: denials let through (WithShadow)
 //	fleetlimit_decision_duration_seconds{limiter}    histogram: 50µs to 100ms
 //	fleetlimit_store_errors_total{limiter, cause}    counter
-//	    cause: timeout, circuit-open, closed, rejected, unavailable
+//	    cause: timeout, circuit-open, rejected, unavailable
 //	fleetlimit_breaker_state{limiter}                gauge: 0 closed, 1 half-open, 2 open
 //	fleetlimit_local_decisions_total{limiter, by}    counter: decisions made with no round trip
 //	    by: lease (fleetlimit.WithLeases), cache (fleetlimit.WithDenialCache)
@@ -33,8 +33,6 @@
 package promobserver
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -42,7 +40,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetlimit/fleetlimit"
-	"github.com/fleetlimit/fleetlimit/store"
 )
 
 // Outcomes, the values of the outcome label.
@@ -119,7 +116,7 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 		}, []string{"limiter"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetlimit_store_errors_total",
-			Help: "Decisions the store did not make, by limiter and cause (timeout, circuit-open, closed, rejected, unavailable).",
+			Help: "Decisions the store did not make, by limiter and cause (timeout, circuit-open, rejected, unavailable).",
 		}, []string{"limiter", "cause"}),
 		local: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetlimit_local_decisions_total",
@@ -168,8 +165,8 @@ func (o *Observer) Observe(e fleetlimit.Event) {
 	case fleetlimit.DecidedByCache:
 		m.byCache.Inc()
 	}
-	if e.Degraded() && e.DecidedBy != fleetlimit.DecidedByCaller {
-		o.storeErrors.WithLabelValues(e.Name, cause(e.Err)).Inc()
+	if c := e.Cause(); c != fleetlimit.CauseNone {
+		o.storeErrors.WithLabelValues(e.Name, causeLabel(c)).Inc()
 	}
 }
 
@@ -198,24 +195,21 @@ func (o *Observer) metricsOf(e fleetlimit.Event) *limiterMetrics {
 	return m
 }
 
-// cause is the cause label of a store error: circuit-open (the breaker
-// kept the store out of it), timeout (the store did not answer within the
-// limiter's timeout), closed (the store was closed), rejected (the store
-// answered and refused this request: a key of another type, a malformed
-// reply), or unavailable (refused or broken connections, and Redis errors
-// such as OOM, LOADING, READONLY).
-func cause(err error) string {
-	switch {
-	case errors.Is(err, fleetlimit.ErrCircuitOpen):
-		return "circuit-open"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, store.ErrClosed):
-		return "closed"
-	case errors.Is(err, store.ErrRejected):
-		return "rejected"
+// causeLabels are the cause label's values, by fleetlimit.Cause.
+var causeLabels = [...]string{
+	fleetlimit.CauseUnavailable: "unavailable",
+	fleetlimit.CauseTimeout:     "timeout",
+	fleetlimit.CauseCircuitOpen: "circuit-open",
+	fleetlimit.CauseRejected:    "rejected",
+}
+
+// causeLabel is the cause label of c, a cause other than CauseNone: one of
+// causeLabels, or c's String for a cause added after this package.
+func causeLabel(c fleetlimit.Cause) string {
+	if int(c) < len(causeLabels) {
+		return causeLabels[c]
 	}
-	return "unavailable"
+	return c.String()
 }
 
 // breakerCollector reports each limiter's breaker state when scraped. A
@@ -228,19 +222,8 @@ func (c breakerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.o.break
 func (c breakerCollector) Collect(ch chan<- prometheus.Metric) {
 	c.o.limiters.Range(func(name, v any) bool {
 		if b := v.(*limiterMetrics).breaker.Load(); b != nil {
-			ch <- prometheus.MustNewConstMetric(c.o.breaker, prometheus.GaugeValue, openness(b.State()), name.(string))
+			ch <- prometheus.MustNewConstMetric(c.o.breaker, prometheus.GaugeValue, float64(b.State()), name.(string))
 		}
 		return true
 	})
-}
-
-// openness is the gauge's value of s: 0 closed, 1 half-open, 2 open.
-func openness(s fleetlimit.BreakerState) float64 {
-	switch s {
-	case fleetlimit.BreakerHalfOpen:
-		return 1
-	case fleetlimit.BreakerOpen:
-		return 2
-	}
-	return 0
 }

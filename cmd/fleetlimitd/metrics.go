@@ -18,22 +18,10 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetlimitd_requests_total",
-			Help: "ShouldRateLimit calls answered, by overall code (error: answered with a gRPC error).",
-		}, []string{"code"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetlimitd_config_loads_total",
-			Help: "Configuration loads, at start and on change; after an error the last good configuration stays in force.",
-		}, []string{"result"}),
-		rules: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fleetlimitd_config_rules",
-			Help: "Rate limits (rules) in the configuration in force.",
-		}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fleetlimitd_requests_in_flight",
-			Help: "ShouldRateLimit calls being answered.",
-		}),
+		requests: counter("fleetlimitd_requests_total", "ShouldRateLimit calls answered, by overall code (error: answered with a gRPC error).", "code"),
+		reloads:  counter("fleetlimitd_config_loads_total", "Configuration loads, at start and on change; after an error the last good configuration stays in force.", "result"),
+		rules:    gauge("fleetlimitd_config_rules", "Rate limits (rules) in the configuration in force."),
+		inFlight: gauge("fleetlimitd_requests_in_flight", "ShouldRateLimit calls being answered."),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.reloads, m.rules, m.inFlight} {
 		if err := reg.Register(c); err != nil {
@@ -41,6 +29,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// counter is a counter vector named name, labelled by label.
+func counter(name, help, label string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
+}
+
+// gauge is a gauge named name.
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 }
 
 // answered counts one ShouldRateLimit answer.
