@@ -197,6 +197,19 @@ start_cluster valkey-server valkey-cluster
 export FLEETLIMIT_VALKEY_CLUSTER_ADDRS=$CLUSTER
 echo "test.sh: valkey cluster (3 masters) on $FLEETLIMIT_VALKEY_CLUSTER_ADDRS"
 
+# envoyproxy/ratelimit itself, built from the Go module proxy, for
+# fleetlimitd's differential test (cmd/fleetlimitd TestDifferential) when the
+# run includes fleetlimitd; a build that fails says so, and that test skips.
+envoy_ratelimit=github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36
+if [ -z "${FLEETLIMITD_ENVOY_RATELIMIT:-}" ] && { [ $# -eq 0 ] || [[ "$*" == *cmd/fleetlimitd* ]]; }; then
+  if GOBIN="$work/bin" go install "$envoy_ratelimit" >"$work/envoy-ratelimit.log" 2>&1; then
+    export FLEETLIMITD_ENVOY_RATELIMIT="$work/bin/service_cmd"
+    echo "test.sh: envoyproxy/ratelimit built from ${envoy_ratelimit#*@}"
+  else
+    echo "test.sh: envoyproxy/ratelimit did not build, TestDifferential will skip: $(tail -n 1 "$work/envoy-ratelimit.log")"
+  fi
+fi
+
 # Tests that need a real server fail, rather than skip, without one.
 export FLEETLIMIT_REQUIRE_REDIS=1
 
