@@ -122,8 +122,9 @@ func (b Backend) Grain() time.Duration {
 	return time.Microsecond
 }
 
-// maxJitter is the most sub-grain time added to an arrival, in µs: on the
-// real server up to 10ms, so that its Lua still sees microsecond times.
+// maxJitter is the most sub-grain time added to a scenario's arrivals
+// (Scenario.Jitter), in µs: on the real server up to 10ms, so that its Lua
+// still sees microsecond times.
 func (b Backend) maxJitter() int64 {
 	if b.Real {
 		return 10_000

@@ -12,12 +12,11 @@ import (
 )
 
 // Arrival is a burst of Repeat identical requests at one instant: Offset
-// grains (plus Jitter µs) from the Edge-th window edge after the timeline's
-// start. Most arrivals sit within 3 grains of an edge.
+// grains (plus the scenario's Jitter) from the Edge-th window edge after the
+// timeline's start. Most arrivals sit within 3 grains of an edge.
 type Arrival struct {
 	Edge   int
 	Offset int64
-	Jitter int64
 	Key    int // index into Keys
 	N      int64
 	Repeat int
@@ -39,9 +38,6 @@ func arrivalGen(b Backend, limit int64, w time.Duration) gopter.Gen {
 			a.Offset = r.Int63n(7) - 3 // at or around the edge
 		} else {
 			a.Offset = r.Int63n(2*grains+1) - grains // anywhere in the windows on either side
-		}
-		if j := b.maxJitter(); j > 0 && r.Intn(2) == 0 {
-			a.Jitter = r.Int63n(j)
 		}
 		switch k := r.Intn(10); {
 		case k < 6:
@@ -73,6 +69,13 @@ type Scenario struct {
 	Arrivals []Arrival
 	Base     time.Time     // the timeline's start, a window edge
 	Grain    time.Duration // of Arrival.Offset
+	// Jitter is added to every arrival: on the real server a sub-grain
+	// time, so that its Lua sees microsecond times, and the same for all,
+	// so that any two requests are whole grains apart (or at one instant).
+	// A gap of a few milliseconds would let a key written with a TTL of
+	// a few milliseconds expire in real time before the next request,
+	// which the virtual clock says comes first.
+	Jitter time.Duration
 	// Unsorted keeps the arrivals in generated order, as clocks skewed
 	// between instances would deliver them; otherwise they are sorted by
 	// time.
@@ -99,10 +102,14 @@ func ScenarioGen(b Backend, newStrat func(*rand.Rand) StratCase, unsortedSometim
 		w := sc.S.Window()
 		base := EdgeAfter(Epoch, w)
 		unsorted := unsortedSometimes && p.Rng.Intn(3) == 0
+		var jitter time.Duration
+		if j := b.maxJitter(); j > 0 && p.Rng.Intn(2) == 0 {
+			jitter = time.Duration(p.Rng.Int63n(j)) * time.Microsecond
+		}
 		inner := gen.SliceOf(arrivalGen(b, sc.S.Limit(), w))(p)
 		arr, _ := inner.Retrieve()
 		wrap := func(a []Arrival) Scenario {
-			return Scenario{Strat: sc, Arrivals: a, Base: base, Grain: b.Grain(), Unsorted: unsorted}
+			return Scenario{Strat: sc, Arrivals: a, Base: base, Grain: b.Grain(), Jitter: jitter, Unsorted: unsorted}
 		}
 		shrinker := func(v any) gopter.Shrink {
 			return inner.Shrinker(v.(Scenario).Arrivals).Map(wrap)
@@ -116,7 +123,7 @@ func (s Scenario) Events() []Event {
 	w := s.Strat.S.Window()
 	var evs []Event
 	for _, a := range s.Arrivals {
-		at := s.Base.Add(time.Duration(a.Edge)*w + time.Duration(a.Offset)*s.Grain + time.Duration(a.Jitter)*time.Microsecond)
+		at := s.Base.Add(time.Duration(a.Edge)*w + time.Duration(a.Offset)*s.Grain + s.Jitter)
 		if at.Before(s.Base) {
 			at = s.Base
 		}
