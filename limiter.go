@@ -248,11 +248,14 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if l.cfg.observer != nil {
 		return l.observed(ctx, key, n)
 	}
-	res, o, err := l.decide(ctx, key, n, &l.allow)
 	if l.cfg.shadow {
-		res = shadowed(res, o)
+		res, o, err := l.decide(ctx, key, n, &l.allow)
+		return shadowed(res, o), err
 	}
-	return res, err
+	// decide's body, one call less on the path every request takes.
+	c := call{m: &l.allow}
+	_, err := l.stages(ctx, &c, key, n)
+	return c.res, err
 }
 
 // shadowed is the Result of a shadow limiter's decision res (see
@@ -277,6 +280,7 @@ type call struct {
 	probe probe              // this call's probe of an open circuit; 0: none
 	d     algorithm.Decision // the store's decision, once remote has it
 	o     outcome            // who decided, once remote knows
+	res   Result             // the call's Result, once a stage has decided it (see stages)
 }
 
 // decide is the one path of every decision: AllowN, Peek and Refund (each
@@ -297,28 +301,44 @@ type call struct {
 // and for a caller gone (DecidedByCaller).
 func (l *Limiter) decide(ctx context.Context, key string, n int64, m *mode) (Result, outcome, error) {
 	c := call{m: m}
-	return l.decideCall(ctx, &c, key, n)
+	o, err := l.stages(ctx, &c, key, n)
+	return c.res, o, err
 }
 
 // decideCall is decide for a call whose request may carry a permit
 // operation (c.req.Permit, which start keeps): Acquire, Release, Renew.
 func (l *Limiter) decideCall(ctx context.Context, c *call, key string, n int64) (Result, outcome, error) {
+	o, err := l.stages(ctx, c, key, n)
+	return c.res, o, err
+}
+
+// stages runs decide's stages for c, leaving its Result in c.res. The
+// Result is left in place, not returned, because a Result is too large for
+// registers: returned through each stage, it would be copied at each, and
+// those copies cost more than the stages themselves when every feature is
+// off (BenchmarkOverhead).
+func (l *Limiter) stages(ctx context.Context, c *call, key string, n int64) (outcome, error) {
 	m := c.m
 	if o, err := l.start(ctx, c, key, n); err != nil {
-		return l.none(), o, err
+		c.res = l.none()
+		return o, err
 	}
 	if l.ov != nil {
 		if res, o, ok := l.overridden(ctx, c); ok {
-			return res, o, nil
+			c.res = res
+			return o, nil
 		}
 	}
 	if m.local {
 		if res, o, ok, err := l.local(ctx, c); ok {
-			return res, o, err
+			c.res = res
+			return o, err
 		}
 	}
 	if err := l.remote(ctx, c); err != nil {
-		return l.failed(ctx, c, err)
+		res, o, err := l.failed(ctx, c, err)
+		c.res = res
+		return o, err
 	}
 	return l.settle(ctx, c)
 }
@@ -508,7 +528,7 @@ func (l *Limiter) failed(ctx context.Context, c *call, err error) (Result, outco
 // settle turns the store's decision into the call's Result: the denial
 // cache learns it, and a caller gone meanwhile is denied (its cost, if
 // admitted, stays charged).
-func (l *Limiter) settle(ctx context.Context, c *call) (Result, outcome, error) {
+func (l *Limiter) settle(ctx context.Context, c *call) (outcome, error) {
 	if dc := c.m.denials; dc != nil && c.o == outcome(DecidedByStore) {
 		var ban time.Duration
 		if c.m.bans {
@@ -517,9 +537,11 @@ func (l *Limiter) settle(ctx context.Context, c *call) (Result, outcome, error) 
 		dc.Learn(c.req.Key, c.req.Strategy, c.req.N, c.sent, c.epoch, c.d, ban)
 	}
 	if err := ctx.Err(); err != nil {
-		return l.none(), outcome(DecidedByCaller), callerGone(c.req.Key, err)
+		c.res = l.none()
+		return outcome(DecidedByCaller), callerGone(c.req.Key, err)
 	}
-	return resultOf(c.req.Strategy, c.d), c.o, nil
+	c.res.set(c.req.Strategy, &c.d)
+	return c.o, nil
 }
 
 // callerGone is the error of a decision whose caller's context is done:

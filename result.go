@@ -68,21 +68,34 @@ type LimitResult struct {
 
 // resultOf is the Result of s's decision d.
 func resultOf(s algorithm.Strategy, d algorithm.Decision) Result {
-	r := Result{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
-	ds := d.Members()
-	if len(ds) == 0 {
-		return r
+	var r Result
+	r.set(s, &d)
+	return r
+}
+
+// set makes r the Result of s's decision d, field by field and in place:
+// settle's path, on which a copy of a whole Result or Decision costs more
+// than the rest of the stage.
+func (r *Result) set(s algorithm.Strategy, d *algorithm.Decision) {
+	r.Allowed, r.Shadow, r.Limit, r.Remaining = d.Allowed, false, d.Limit, d.Remaining
+	r.RetryAfter, r.ResetAfter, r.limits = d.RetryAfter, d.ResetAfter, nil
+	if ds := d.Members(); len(ds) > 0 {
+		r.limits = limitsOf(s, ds)
 	}
+}
+
+// limitsOf is each member's figures in a composite decision whose members
+// decided ds, or nil when s is not that composite.
+func limitsOf(s algorithm.Strategy, ds []algorithm.Decision) *[]LimitResult {
 	c, ok := rule.Inner(s).(algorithm.Composite) // a penalty box's members are its strategy's
 	if !ok || len(c.Members()) != len(ds) {
-		return r
+		return nil
 	}
 	limits := make([]LimitResult, len(ds))
 	for i, m := range c.Members() {
 		limits[i] = LimitResult{Name: m.Name(), Limit: m.Limit(), Window: m.Window(), Remaining: ds[i].Remaining, RetryAfter: ds[i].RetryAfter, ResetAfter: ds[i].ResetAfter}
 	}
-	r.limits = &limits
-	return r
+	return &limits
 }
 
 // outcome says how a decision was made, for the observer: a Decider in the

@@ -126,17 +126,22 @@ func NewMemory(opts ...MemoryOption) *Memory {
 
 // monotonicClock returns a clock that reads the wall clock once and then
 // advances it by the monotonic clock: time.Since reads one clock, time.Now
-// two.
+// two. Its times carry no monotonic reading of their own (time.Unix is
+// cheaper than Time.Add, which keeps one).
 func monotonicClock() func() time.Time {
 	base := time.Now()
-	return func() time.Time { return base.Add(time.Since(base)) }
+	wall := base.UnixNano()
+	return func() time.Time { return time.Unix(0, wall+int64(time.Since(base))) }
 }
 
 // Decide runs req.Strategy's Go rule on req.Key's state under its shard lock.
 // It never blocks on I/O, so ctx and req.Timeout are not consulted. A time
 // behind the sweep horizon is judged at the horizon (see Sweep).
 func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, error) {
-	return m.decide(req, decideMode)
+	if m.closed.Load() {
+		return algorithm.Decision{}, ErrClosed
+	}
+	return m.apply(&req, decideMode, nil)
 }
 
 // Peek runs req.Strategy's Go rule, under the key's shard lock, on a copy
@@ -145,14 +150,24 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 // with nothing recorded. The sweep's record of decision times is not moved
 // either.
 func (m *Memory) Peek(_ context.Context, req Request) (algorithm.Decision, error) {
-	return m.decide(req, peekMode)
+	if m.closed.Load() {
+		return algorithm.Decision{}, ErrClosed
+	}
+	return m.apply(&req, peekMode, nil)
 }
 
 // Refund runs req.Strategy's refund rule (algorithm.Refunder) on req.Key's
 // state under its shard lock. A key it does not hold is full: the rule runs
 // on a fresh state, which is dropped.
 func (m *Memory) Refund(_ context.Context, req Request) (algorithm.Decision, error) {
-	return m.decide(req, refundMode)
+	if m.closed.Load() {
+		return algorithm.Decision{}, ErrClosed
+	}
+	r, ok := req.Strategy.(algorithm.Refunder)
+	if !ok {
+		return algorithm.Decision{}, notRefundable(req.Strategy)
+	}
+	return m.apply(&req, refundMode, r.Refund)
 }
 
 // mode is what a script run, or its Go rule, is asked to do: decide, peek
@@ -167,25 +182,19 @@ const (
 	holdMode
 )
 
-// decide is Decide, Peek or Refund, by mode.
-func (m *Memory) decide(req Request, mode mode) (algorithm.Decision, error) {
-	if m.closed.Load() {
-		return algorithm.Decision{}, ErrClosed
-	}
-	rule := req.Strategy.Decide
-	if mode == refundMode {
-		r, ok := req.Strategy.(algorithm.Refunder)
-		if !ok {
-			return algorithm.Decision{}, notRefundable(req.Strategy)
-		}
-		rule = r.Refund
-	}
-	return m.run(req, mode, rule)
-}
+// rule is a Go rule that apply runs on a key's state.
+type rule = func(algorithm.State, time.Time, int64) (algorithm.Decision, error)
 
 // run applies rule, for mode, to req.Key's state (a copy of it for a peek)
-// under its shard lock, at req.Now or the store's clock.
-func (m *Memory) run(req Request, mode mode, rule func(algorithm.State, time.Time, int64) (algorithm.Decision, error)) (algorithm.Decision, error) {
+// under its shard lock, at req.Now or the store's clock (see apply).
+func (m *Memory) run(req Request, mode mode, rule rule) (algorithm.Decision, error) {
+	return m.apply(&req, mode, rule)
+}
+
+// apply is run; a nil rule is req.Strategy's Decide, called directly (the
+// path of every Decide and Peek). It takes req by pointer and does not
+// keep it: a Request is too large to copy at each call on the hot path.
+func (m *Memory) apply(req *Request, mode mode, rule rule) (algorithm.Decision, error) {
 	peek := mode == peekMode
 	now := req.Now
 	if !peek && !now.IsZero() && !m.callerTime.Load() {
@@ -205,8 +214,9 @@ func (m *Memory) run(req Request, mode mode, rule func(algorithm.State, time.Tim
 	// Read the horizon under the lock too: Sweep moves it before it locks
 	// any shard, so a key this shard no longer holds was dropped at a
 	// horizon no later than this one.
-	if hz := m.horizon.Load(); now.UnixMicro() < hz {
-		now = time.UnixMicro(hz)
+	us := now.UnixMicro()
+	if hz := m.horizon.Load(); us < hz {
+		now, us = time.UnixMicro(hz), hz
 	}
 	e := sh.entries[h]
 	for e != nil && !e.is(req, tag) {
@@ -227,16 +237,22 @@ func (m *Memory) run(req Request, mode mode, rule func(algorithm.State, time.Tim
 		}
 		st = c.Clone()
 	}
-	d, err := rule(st, now, req.N)
+	var d algorithm.Decision
+	var err error
+	if rule == nil {
+		d, err = req.Strategy.Decide(st, now, req.N)
+	} else {
+		d, err = rule(st, now, req.N)
+	}
 	if peek {
 		sh.mu.Unlock()
 		return d, err
 	}
-	if err == nil && e == nil && records(mode, d, st, now) {
+	if err == nil && e == nil && records(mode, d, st, us) {
 		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}
 		sh.n++
 	}
-	if us := now.UnixMicro(); us > sh.latest {
+	if us > sh.latest {
 		sh.latest = us
 	}
 	sh.mu.Unlock()
@@ -244,23 +260,24 @@ func (m *Memory) run(req Request, mode mode, rule func(algorithm.State, time.Tim
 }
 
 // records reports whether the state st of a key the store did not hold
-// is to be kept after rule's decision d in mode. A denied request on a
-// fresh key records nothing, unless the strategy keeps something of it (a
-// penalty box counts denials); nor does a refund to a fresh key; a permit
-// operation keeps the state only while it holds a permit.
-func records(mode mode, d algorithm.Decision, st algorithm.State, now time.Time) bool {
+// is to be kept after rule's decision d in mode at now (µs). A denied
+// request on a fresh key records nothing, unless the strategy keeps
+// something of it (a penalty box counts denials); nor does a refund to a
+// fresh key; a permit operation keeps the state only while it holds a
+// permit.
+func records(mode mode, d algorithm.Decision, st algorithm.State, now int64) bool {
 	switch mode {
 	case decideMode, leaseMode:
-		return d.Allowed || st.FullAt() > now.UnixMicro()
+		return d.Allowed || st.FullAt() > now
 	case holdMode:
-		return st.FullAt() > now.UnixMicro()
+		return st.FullAt() > now
 	}
 	return false
 }
 
 // locate returns req's algorithm tag, the shard that holds req.Key, and the
 // key's hash within it.
-func (m *Memory) locate(req Request) (tag string, sh *memoryShard, h uint64) {
+func (m *Memory) locate(req *Request) (tag string, sh *memoryShard, h uint64) {
 	tag = tagOf(req.Strategy)
 	h = maphash.String(m.seed, req.Key)
 	sh = &m.shards[h&(memoryShards-1)]
@@ -274,7 +291,7 @@ func (m *Memory) locate(req Request) (tag string, sh *memoryShard, h uint64) {
 }
 
 // is reports whether e holds the state of req's key under tag.
-func (e *memoryEntry) is(req Request, tag string) bool {
+func (e *memoryEntry) is(req *Request, tag string) bool {
 	return e.key == req.Key && e.prefix == req.Prefix && e.tag == tag
 }
 
@@ -285,12 +302,12 @@ func (m *Memory) Reset(_ context.Context, req Request) error {
 	if m.closed.Load() {
 		return ErrClosed
 	}
-	tag, sh, h := m.locate(req)
+	tag, sh, h := m.locate(&req)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	var prev *memoryEntry
 	for e := sh.entries[h]; e != nil; prev, e = e, e.next {
-		if !e.is(req, tag) {
+		if !e.is(&req, tag) {
 			continue
 		}
 		switch {

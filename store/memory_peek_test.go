@@ -21,12 +21,12 @@ type snapshot struct {
 }
 
 func (m *Memory) snapshot(req Request) snapshot {
-	tag, sh, h := m.locate(req)
+	tag, sh, h := m.locate(&req)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	s := snapshot{n: sh.n, latest: sh.latest, callerTime: m.callerTime.Load()}
 	for e := sh.entries[h]; e != nil; e = e.next {
-		if e.is(req, tag) {
+		if e.is(&req, tag) {
 			s.state = e.state.(algorithm.Cloner).Clone()
 		}
 	}

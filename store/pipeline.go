@@ -39,8 +39,7 @@ type combiner struct {
 type call struct {
 	ctx    context.Context
 	script *algorithm.Script
-	keys   []string
-	args   []any
+	argv   []any // its EVALSHA (evalArgv)
 
 	// cmd is the call's command in its batch's pipeline: written and read
 	// by the batch's sender alone, while the call is batched.
@@ -69,17 +68,17 @@ const (
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 // do runs one decision's script, sharing a round trip with concurrent ones.
-func (b *combiner) do(ctx context.Context, s *algorithm.Script, keys []string, args []any) (any, error) {
+func (b *combiner) do(ctx context.Context, s *algorithm.Script, argv []any) (any, error) {
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight {
 		b.inFlight++
 		b.mu.Unlock()
-		reply, err := b.r.run(ctx, s, keys, args)
+		reply, err := runArgv(ctx, b.r.client, s, argv)
 		b.release()
 		return reply, err
 	}
 	c := callPool.Get().(*call)
-	c.ctx, c.script, c.keys, c.args, c.state = ctx, s, keys, args, queued
+	c.ctx, c.script, c.argv, c.state = ctx, s, argv, queued
 	b.pending = append(b.pending, c)
 	b.mu.Unlock()
 
@@ -194,23 +193,37 @@ func (b *combiner) send(batch []*call) {
 
 // runBatch sends the batch's EVALSHAs in one pipeline, then the scripts of
 // any that met NOSCRIPT with EVAL in a second one; each call's cmd holds
-// its outcome.
+// its outcome. Pipelines are reused (r.pipes): one made for each batch
+// would cost allocations per batch.
 func (r *Redis) runBatch(ctx context.Context, batch []*call) {
-	pipe := r.client.Pipeline()
+	pipe := r.pipeline()
 	for _, c := range batch {
-		c.cmd = pipe.EvalSha(ctx, c.script.SHA1, c.keys, c.args...)
+		c.cmd = evalshaCmd(ctx, c.argv)
+		_ = pipe.Process(ctx, c.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
+	r.pipes.Put(pipe)
 	var retry redis.Pipeliner
 	for _, c := range batch {
 		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if retry == nil {
-				retry = r.client.Pipeline()
+				retry = r.pipeline()
 			}
-			c.cmd = retry.Eval(ctx, c.script.Source, c.keys, c.args...)
+			c.cmd = evalshaCmd(ctx, asEval(c.script, c.argv))
+			_ = retry.Process(ctx, c.cmd)
 		}
 	}
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
+		r.pipes.Put(retry)
 	}
+}
+
+// pipeline returns an empty pipeline on the store's client: one that an
+// earlier batch sent (Exec empties it), or a new one.
+func (r *Redis) pipeline() redis.Pipeliner {
+	if p, ok := r.pipes.Get().(redis.Pipeliner); ok {
+		return p
+	}
+	return r.client.Pipeline()
 }

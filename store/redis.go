@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,7 @@ type Redis struct {
 	bounded bool // client honours context deadlines
 	closed  atomic.Bool
 	combine *combiner   // nil: every decision its own round trip
+	pipes   sync.Pool   // the combiners' empty pipelines (redis.Pipeliner), for reuse
 	shards  shards      // per Cluster master or Ring shard: see shard.go
 	dials   *dialErrors // the client's failing dials; nil for a client of another kind
 }
@@ -215,18 +217,7 @@ func (r *Redis) decide(ctx context.Context, req Request, mode mode) (algorithm.D
 // then tail, bounded by req.Timeout and ctx, and returns its reply or the
 // classed error.
 func (r *Redis) eval(ctx context.Context, req Request, script *algorithm.Script, tail []any) (any, error) {
-	keys := redisKeys(req, script)
-	static := req.Strategy.ScriptArgs()
-	args := make([]any, 2, 2+len(static)+len(tail))
-	if !req.Now.IsZero() {
-		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
-	} else {
-		args[0] = ""
-	}
-	args[1] = req.N
-	args = append(args, static...)
-	args = append(args, tail...)
-
+	argv, key := evalArgv(req, script, tail)
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
@@ -236,17 +227,99 @@ func (r *Redis) eval(ctx context.Context, req Request, script *algorithm.Script,
 	var err error
 	switch {
 	case r.combine != nil:
-		reply, err = r.combinerFor(req.Key).do(ctx, script, keys, args)
+		reply, err = r.combinerFor(req.Key).do(ctx, script, argv)
 	case r.bounded:
-		reply, err = r.run(ctx, script, keys, args)
+		reply, err = runArgv(ctx, r.client, script, argv)
 	default:
-		reply, err = abandonable(ctx, func(ctx context.Context) (any, error) { return r.run(ctx, script, keys, args) })
+		reply, err = abandonable(ctx, func(ctx context.Context) (any, error) { return runArgv(ctx, r.client, script, argv) })
 	}
 	if err != nil {
-		return nil, r.failed(ctx, keys[0], err)
+		return nil, r.failed(ctx, key, err)
 	}
 	r.noteRouted()
 	return reply, nil
+}
+
+// evalCmd is the storage of one EVALSHA's command line (see evalArgv): the
+// line itself, and the name of its one key, which the line holds as a
+// *string into this same allocation rather than as a string of its own
+// (an interface holding a string needs an allocation for the string).
+type evalCmd struct {
+	key  string
+	argv [12]any
+}
+
+// evalArgv returns the command line of req's EVALSHA of script, with the
+// calling convention's arguments and then tail: "evalsha", the script's
+// SHA-1, the number of keys, the keys (redisKeys), now ("" for the server's
+// TIME), n, the strategy's ScriptArgs and tail; and the name of its first
+// key. Its first key is at index 3 (redis.Cmd.SetFirstKeyPos). The line is
+// one allocation for a strategy of one key (evalCmd), where go-redis's own
+// EvalSha would make a slice of keys, a line and a box for each string.
+func evalArgv(req Request, script *algorithm.Script, tail []any) ([]any, string) {
+	static := req.Strategy.ScriptArgs()
+	var now any = ""
+	if !req.Now.IsZero() {
+		now = req.Now.UnixMicro() // written in decimal, as ARGV[1] is read
+	}
+	if n := 6 + len(static) + len(tail); len(script.Keys) == 0 && n <= len(evalCmd{}.argv) {
+		c := &evalCmd{key: RedisKey(req.Prefix, req.Key, script.Tag)}
+		c.argv[0], c.argv[1], c.argv[2], c.argv[3], c.argv[4], c.argv[5] = "evalsha", shaOf(script), 1, &c.key, now, req.N
+		argv := c.argv[:6:n]
+		argv = append(argv, static...)
+		return append(argv, tail...), c.key
+	}
+	keys := redisKeys(req, script)
+	argv := make([]any, 0, 5+len(keys)+len(static)+len(tail))
+	argv = append(argv, "evalsha", shaOf(script), len(keys))
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	argv = append(argv, now, req.N)
+	argv = append(argv, static...)
+	return append(argv, tail...), keys[0]
+}
+
+// shas holds each script's SHA-1 as an interface value, made once: boxed
+// at each call, it would cost an allocation per decision.
+var shas sync.Map // *algorithm.Script -> any (its SHA1)
+
+// shaOf is s.SHA1 as an interface value (see shas).
+func shaOf(s *algorithm.Script) any {
+	if v, ok := shas.Load(s); ok {
+		return v
+	}
+	v, _ := shas.LoadOrStore(s, any(s.SHA1))
+	return v
+}
+
+// runArgv runs argv, an EVALSHA of s built by evalArgv, on c; then, if the
+// server does not have the script, the same line as EVAL of its source.
+func runArgv(ctx context.Context, c redis.UniversalClient, s *algorithm.Script, argv []any) (any, error) {
+	cmd := evalshaCmd(ctx, argv)
+	_ = c.Process(ctx, cmd)
+	reply, err := cmd.Result()
+	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return reply, err
+	}
+	cmd = evalshaCmd(ctx, asEval(s, argv))
+	_ = c.Process(ctx, cmd)
+	return cmd.Result()
+}
+
+// evalshaCmd is the command of argv (evalArgv's, or asEval's), routed by
+// its first key.
+func evalshaCmd(ctx context.Context, argv []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, argv...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// asEval is argv, an EVALSHA of s, as an EVAL of s's source.
+func asEval(s *algorithm.Script, argv []any) []any {
+	eval := slices.Clone(argv)
+	eval[0], eval[1] = "eval", s.Source
+	return eval
 }
 
 // redisKeys returns the keys of req's script: one per Script.Keys suffix, or
