@@ -131,28 +131,7 @@ func (b *bench) targets() []target {
 		return strings.Join(parts, ", ")
 	}
 
-	// work explains a throughput ratio by the work per decision on each side.
-	work := func(id, anchor string, want float64) string {
-		sc := b.scenario("10,000 keys", "64 goroutines")
-		if sc == nil || sc.get(id) == nil || sc.get(anchor) == nil {
-			return ""
-		}
-		f := func(s *series) string {
-			t := s.totals()
-			return fmt.Sprintf("%s %.2f round trips, %.1f Redis commands, %.1f µs Redis CPU, %.1f µs Go CPU, %.1f Go allocations",
-				s.c.name, t.per(float64(t.rt)), t.per(float64(t.cmds)), t.cpuPerDecision()*1e6, t.per(float64(t.clientCPU))/1e3, t.per(float64(t.mallocs)))
-		}
-		cpu := func(s *series) float64 {
-			t := s.totals()
-			return t.cpuPerDecision()*1e6 + t.per(float64(t.clientCPU))/1e3
-		}
-		a, o := sc.get(id), sc.get(anchor)
-		fair := cpu(o) / cpu(a)
-		return fmt.Sprintf("Per decision at 64 goroutines: %s; %s. Redis and the Go client share this machine's %d cores, and counting both, %s uses %.1f µs of CPU per decision against %.1f µs, "+
-			"so once the cores are busy it can make about %.2f× the anchor's decisions/s (measured %.2f×). "+
-			"Reaching %.2f× needs %.2f× less CPU per decision: fewer round trips per decision (pipelining concurrent decisions into one) cut both sides' system calls, fewer script commands cut Redis's share.",
-			f(a), f(o), b.meta.cores, a.c.name, cpu(a), cpu(o), fair, a.ratio(o), want, want/fair)
-	}
+	work := func(id, anchor string, want float64) string { return b.work("64 goroutines", id, anchor, want) }
 
 	t := target{name: "Token bucket on Redis at 64 goroutines: ≥ 2× redis_rate's decisions/s (10,000 keys)"}
 	r := ratioAt("fl-tb", "redis_rate", "64 goroutines")
@@ -255,6 +234,30 @@ func (b *bench) targets() []target {
 		ts = append(ts, t)
 	}
 	return ts
+}
+
+// work explains a throughput ratio on the 10,000-key scenario of label by
+// the work per decision on each side; "" when either was not measured.
+func (b *bench) work(label, id, anchor string, want float64) string {
+	sc := b.scenario("10,000 keys", label)
+	if sc == nil || sc.get(id) == nil || sc.get(anchor) == nil {
+		return ""
+	}
+	f := func(s *series) string {
+		t := s.totals()
+		return fmt.Sprintf("%s %.2f round trips, %.1f Redis commands, %.1f µs Redis CPU, %.1f µs Go CPU, %.1f Go allocations",
+			s.c.name, t.per(float64(t.rt)), t.per(float64(t.cmds)), t.cpuPerDecision()*1e6, t.per(float64(t.clientCPU))/1e3, t.per(float64(t.mallocs)))
+	}
+	cpu := func(s *series) float64 {
+		t := s.totals()
+		return t.cpuPerDecision()*1e6 + t.per(float64(t.clientCPU))/1e3
+	}
+	a, o := sc.get(id), sc.get(anchor)
+	fair := cpu(o) / cpu(a)
+	return fmt.Sprintf("Per decision at %s: %s; %s. Redis and the Go client share this machine's %d cores, and counting both, %s uses %.1f µs of CPU per decision against %.1f µs, "+
+		"so once the cores are busy it can make about %.2f× the anchor's decisions/s (measured %.2f×). "+
+		"Reaching %.2f× needs %.2f× less CPU per decision: fewer round trips per decision (pipelining concurrent decisions into one) cut both sides' system calls, fewer script commands cut Redis's share.",
+		label, f(a), f(o), b.meta.cores, a.c.name, cpu(a), cpu(o), fair, a.ratio(o), want, want/fair)
 }
 
 // refGoLimiter is the memory-store target relative to go-limiter: 70 ns/op
