@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,14 +32,21 @@ const (
 // fleetHeld is H, the most the fleet can hold unspent in leases of one key
 // as docs/guarantees.md ("Leases") states it: K·(size−1), one lease per key
 // per instance. A token bucket then admits at most burst + rate·d + H in
-// any interval d.
+// any interval d. fleetBoundText is how the doc writes it: a run whose
+// docs/guarantees.md no longer holds it says that this bound may be stale.
 func fleetHeld() int64 { return fleetProcs * (fleetLease - 1) }
+
+const fleetBoundText = "H = K·(size−1)"
+
+// guaranteesPath is docs/guarantees.md from bench/, where run.sh runs.
+const guaranteesPath = "../docs/guarantees.md"
 
 // fleetRound is one round of the fleet on a fresh key.
 type fleetRound struct {
 	elapsed                   time.Duration
 	decisions, admitted, errs int64
-	rt                        int64 // round trips of every instance's client
+	rt                        int64   // round trips of every instance's client
+	perLimiter                []int64 // admitted by each limiter
 	firstErr                  string
 	// upper and mid are, per window length, the most admissions found in
 	// any window of that length: upper counts every admission whose call
@@ -102,6 +111,8 @@ func (b *bench) fleetPhase(ctx context.Context) error {
 			return err
 		}
 	}
+	doc, err := os.ReadFile(guaranteesPath)
+	b.fleetBoundStated = err == nil && strings.Contains(string(doc), fleetBoundText)
 	log.Printf("fleet: %d limiters x %d goroutines on one hot key, %d rounds of %v", fleetProcs, fleetGoroutines/fleetProcs, rounds, b.fleetDur())
 	for r := range rounds {
 		key := fmt.Sprintf("fleet-%d", r) // a fresh key: the bucket starts full
@@ -133,6 +144,18 @@ func (b *bench) fleetPhase(ctx context.Context) error {
 		}
 	}
 	b.verify(errs == 0, "fleet of 4 limiters on one hot key: no errors", "%d errors; first: %s", errs, first)
+	// The key really is shared: every limiter admitted from it in every
+	// round, and took more than one lease of it.
+	shared := true
+	var per []string
+	for _, fr := range b.fleet {
+		for _, n := range fr.perLimiter {
+			shared = shared && n > fleetLease
+		}
+		per = append(per, fmt.Sprint(fr.perLimiter))
+	}
+	b.verify(shared, "fleet of 4 limiters on one hot key: every limiter admits from the key",
+		"admitted per limiter, round by round: %s (each must exceed one lease, %d)", strings.Join(per, " "), fleetLease)
 	return b.srv.admin.FlushAll(ctx).Err()
 }
 
@@ -175,8 +198,10 @@ func runFleet(ctx context.Context, lims []*fleetlimit.Limiter, key string, d tim
 	stop.Store(true)
 	wg.Wait()
 	fr := fleetRound{elapsed: time.Since(start), upper: map[time.Duration]int64{}, mid: map[time.Duration]int64{}}
+	fr.perLimiter = make([]int64, len(lims))
 	var starts, ends, mids []int64
-	for _, r := range recs {
+	for j, r := range recs {
+		fr.perLimiter[j%len(lims)] += int64(len(r.starts))
 		fr.decisions += r.decisions - r.bad
 		fr.errs += r.bad
 		if fr.firstErr == "" {

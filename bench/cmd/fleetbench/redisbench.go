@@ -98,7 +98,10 @@ type bench struct {
 	valkeyInfo   map[string]string // INFO server of the Valkey rows' server; nil when none ran
 	valkeyNote   string            // why there are no Valkey rows; "" when there are
 	fleet        []fleetRound
-	service      *serviceRun
+	// fleetBoundStated: docs/guarantees.md states the bound fleetHeld
+	// computes (fleetBoundText).
+	fleetBoundStated bool
+	service          *serviceRun
 }
 
 // check is one verification of the set-up; RESULTS.md lists them all.

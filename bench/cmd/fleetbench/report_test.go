@@ -219,6 +219,7 @@ func syntheticBench(sparse bool) *bench {
 	}
 	b.valkeyInfo = map[string]string{"server_name": "valkey", "valkey_version": "8.0.1", "redis_version": "7.2.4", "mem_allocator": "jemalloc-5.3.0"}
 	b.service = &serviceRun{build: 14200 * time.Millisecond, args: "-config bench.yaml -redis 127.0.0.1:6379 -grpc-addr 127.0.0.1:0"}
+	b.fleetBoundStated = true
 	for r := range 3 {
 		up := allowedIn(100*time.Millisecond) + int64(40*r-30)
 		b.fleet = append(b.fleet, fleetRound{elapsed: 1200 * time.Millisecond, decisions: int64(1_800_000 + 90_000*r), admitted: int64(1_150_000 + 1000*r),
