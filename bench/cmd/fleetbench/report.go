@@ -56,6 +56,7 @@ type resultsPage struct {
 	LeaseTargets    table
 	LeaseTargetsMet int
 	LeaseMisses     []item
+	LeaseWork       string // the hot key's work per decision, met or not
 
 	// The same for issue 23 (the exact path) and issue 29 (leases at 2M
 	// decisions/s).
@@ -189,6 +190,7 @@ func (b *bench) resultsPage() resultsPage {
 func (b *bench) targetsTable(p *resultsPage) {
 	p.Targets, p.TargetsMet, p.Misses = judged(b.targets())
 	p.LeaseTargets, p.LeaseTargetsMet, p.LeaseMisses = judged(b.leaseTargets())
+	p.LeaseWork = b.leaseWork()
 	p.Issue23, p.Issue23Met, p.Issue23Misses = judged(b.issue23Targets())
 	p.Issue29, p.Issue29Met, p.Issue29Misses = judged(b.issue29Targets())
 }
