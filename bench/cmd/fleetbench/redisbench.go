@@ -421,7 +421,10 @@ func (b *bench) logSweep(ctx context.Context, limits []int64) error {
 			return err
 		}
 		defer st.Close()
-		lim, err := fleetlimit.New(algorithm.SlidingWindowLog(limit, time.Hour), st, fleetlimit.WithKeyPrefix(fleetlimit.DefaultKeyPrefix))
+		// go-redis's read timeout, as every contender has (newContenders):
+		// a stall of this shared machine must not fail the fill.
+		lim, err := fleetlimit.New(algorithm.SlidingWindowLog(limit, time.Hour), st, fleetlimit.WithKeyPrefix(fleetlimit.DefaultKeyPrefix),
+			fleetlimit.WithTimeout(c.Options().ReadTimeout))
 		if err != nil {
 			return err
 		}

@@ -64,7 +64,7 @@ func (b *bench) servicePhase(ctx context.Context) error {
 	t0 := time.Now()
 	log.Printf("fleetlimitd: go build in %s", b.cfg.service)
 	if out, err := exec.CommandContext(ctx, "go", "build", "-C", b.cfg.service, "-o", bin, ".").CombinedOutput(); err != nil {
-		return fmt.Errorf("building fleetlimitd: %v\n%s", err, out)
+		return b.serviceFailed(fmt.Sprintf("go build in %s: %v: %s", b.cfg.service, err, strings.TrimSpace(string(out))))
 	}
 	b.service.build = time.Since(t0)
 	cfgPath := filepath.Join(dir, "bench.yaml")
@@ -79,7 +79,7 @@ func (b *bench) servicePhase(ctx context.Context) error {
 	b.service.args = strings.Join(shown, " ")
 	d, err := startDaemon(bin, args)
 	if err != nil {
-		return err
+		return b.serviceFailed(err.Error())
 	}
 	defer d.stop()
 	conn, err := grpc.NewClient(d.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -125,6 +125,15 @@ func (b *bench) servicePhase(ctx context.Context) error {
 		}
 	}
 	return b.srv.admin.FlushAll(ctx).Err()
+}
+
+// serviceFailed records that fleetlimitd could not be built or started:
+// RESULTS.md says why in place of its table, and a failed set-up check makes
+// the run exit 2, with every other figure still written.
+func (b *bench) serviceFailed(why string) error {
+	b.service.note = "fleetlimitd failed: " + why
+	b.verify(false, "fleetlimitd builds and serves", "%s", why)
+	return nil
 }
 
 // daemon is a running fleetlimitd.
