@@ -28,18 +28,20 @@ const keyLen = 25
 type profile int
 
 const (
-	spread profile = iota // 10,000 users, throughput
-	hot                   // one user, or 10,000 drawn from a Zipf distribution: throughput
-	mem                   // 10,000 users, one decision each, memory
-	users                 // 1 to 100,000 users, throughput; keys must outlive the sweep
+	spread  profile = iota // 10,000 users, throughput
+	hot                    // one user, or 10,000 drawn from a Zipf distribution: throughput
+	mem                    // 10,000 users, one decision each, memory
+	users                  // 1 to 100,000 users, throughput; keys must outlive the sweep
+	permits                // 10,000 users, Acquire+Release pairs beside AllowN
 )
 
 // profileDoc says, for RESULTS.md, what limits each profile runs with.
 var profileDoc = map[profile]string{
-	spread: "100 per 10 seconds per user: sliding log 100/10s, token bucket 100 per 10s burst 100, fixed window 100/10s; redis_rate and throttled 100 per 10s burst 100; ulule 100/10s. Interleaving gives each contender about a third of any 10 s, so even 100k decisions/s in its cells stays near 10 per user in a window: nothing is denied, and the windowed keys (sliding log, fixed windows) live from one round to the next, holding a few requests each. A token bucket's or GCRA's key expires as soon as the bucket is full again, so at these rates most of their decisions find no key, as they would in production.",
-	hot:    "room for about a million per second per user: sliding log 100,000/100ms, token bucket 10^6/s burst 10^6, fixed window 10^7/1s; redis_rate and throttled 10^6/s burst 10^6; ulule 10^7/1s. " + leasedDoc,
-	mem:    "100 per hour (fixed window: 100 per minute, started clear of a minute boundary), one decision per user, so every key lives through the measurement.",
-	users:  "token bucket 100/hour burst 10^6 (redis_rate alike), fixed window 10^9/240h, ulule 10^9/1h: keys outlive the sweep and nothing is denied.",
+	spread:  "100 per 10 seconds per user: sliding log 100/10s, token bucket 100 per 10s burst 100, fixed window 100/10s; redis_rate and throttled 100 per 10s burst 100; ulule 100/10s. Interleaving gives each contender about a third of any 10 s, so even 100k decisions/s in its cells stays near 10 per user in a window: nothing is denied, and the windowed keys (sliding log, fixed windows) live from one round to the next, holding a few requests each. A token bucket's or GCRA's key expires as soon as the bucket is full again, so at these rates most of their decisions find no key, as they would in production.",
+	hot:     "room for about a million per second per user: sliding log 100,000/100ms, token bucket 10^6/s burst 10^6, fixed window 10^7/1s; redis_rate and throttled 10^6/s burst 10^6; ulule 10^7/1s. " + leasedDoc,
+	mem:     "100 per hour (fixed window: 100 per minute, started clear of a minute boundary), one decision per user, so every key lives through the measurement.",
+	users:   "token bucket 100/hour burst 10^6 (redis_rate alike), fixed window 10^9/240h, ulule 10^9/1h: keys outlive the sweep and nothing is denied.",
+	permits: "Acquire+Release: algorithm.Concurrency(1000, 10s) through Limiter.Acquire, then Permit.Release of the permit it returned, one pair per call (a pair holds its slot for one round trip, so at most 64 of a key's 1000 are ever held); AllowN: the token bucket of the 10,000-key tables (100 per 10 s, burst 100). Decisions/s counts pairs for Acquire+Release, decisions for the others; every per-decision figure is per pair.",
 }
 
 // leaseMaxAge is the maxAge of the leased contenders' leases.
@@ -71,7 +73,14 @@ type contender struct {
 	decider func(p profile) (decideFunc, error)
 	// lease is the WithLeases size, or 0: a leased contender takes part in
 	// the throughput scenarios only (its keys' memory is its exact twin's).
-	lease   int64
+	lease int64
+	// noMemory: the contender takes no part in the memory phase (a pair of
+	// Acquire and Release leaves no key behind; Decide alone writes the
+	// keys its Limiter.Allow twin does).
+	noMemory bool
+	// pid is a process of its own that makes the decisions (fleetlimitd),
+	// whose CPU time is measured beside the benchmark's; 0 for none.
+	pid     int
 	closers []func() error
 	// quiesce, if set, ends the contender's background work between its
 	// cells (a leased limiter's leases are handed back now, not by its
@@ -111,6 +120,27 @@ func newClient(addr string) (*redis.Client, *roundTrips) {
 	return c, rt
 }
 
+// ownLimiter returns a Limiter of s over a store of its own on a go-redis
+// client of its own (newClient, whose round trips rt counts), with the
+// options every fleetlimit contender has (go-redis's read timeout, keys
+// under DefaultKeyPrefix: see newContenders) and then opts; closeAll closes
+// the store and the client.
+func ownLimiter(addr string, s algorithm.Strategy, opts ...fleetlimit.Option) (lim *fleetlimit.Limiter, rt *roundTrips, closeAll func(), err error) {
+	c, rt := newClient(addr)
+	st, err := store.NewRedis(c)
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, nil, err
+	}
+	closeAll = func() { _ = st.Close(); _ = c.Close() }
+	opts = append([]fleetlimit.Option{fleetlimit.WithTimeout(c.Options().ReadTimeout), fleetlimit.WithKeyPrefix(fleetlimit.DefaultKeyPrefix)}, opts...)
+	if lim, err = fleetlimit.New(s, st, opts...); err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	return lim, rt, closeAll, nil
+}
+
 // paddedKey returns code + letter + i zero-padded so that the user key is
 // width bytes.
 func paddedKey(code string, letter byte, width, i int) string {
@@ -120,7 +150,7 @@ func paddedKey(code string, letter byte, width, i int) string {
 
 func newContenders(addr string) ([]*contender, error) {
 	var cs []*contender
-	fl := func(name, id, code string, lease int64, strategy func(profile) algorithm.Strategy, opts ...fleetlimit.Option) {
+	fl := func(name, id, code string, lease int64, kind flKind, strategy func(profile) algorithm.Strategy, opts ...fleetlimit.Option) {
 		c, rt := newClient(addr)
 		// Every other contender is bounded only by go-redis's read timeout
 		// (5 s by default); fleetlimit gets the same bound instead of its
@@ -138,13 +168,19 @@ func newContenders(addr string) ([]*contender, error) {
 			fleetlimit.WithKeyPrefix(fleetlimit.DefaultKeyPrefix)}, opts...)
 		var stores []store.Store
 		var limiters []*fleetlimit.Limiter
-		tag := strategy(spread).Script().Tag
+		var tag string // the algorithm's, whichever profile the contender runs
+		for _, p := range []profile{spread, permits} {
+			if s := strategy(p); s != nil {
+				tag = s.Script().Tag
+				break
+			}
+		}
 		overhead := len(store.RedisKey(fleetlimit.DefaultKeyPrefix, "", tag))
 		if lease > 0 {
 			opts = append(opts, fleetlimit.WithLeases(lease, leaseMaxAge))
 		}
 		cs = append(cs, &contender{
-			name: name, id: id, code: code, client: c, rt: rt, lease: lease,
+			name: name, id: id, code: code, client: c, rt: rt, lease: lease, noMemory: kind != viaAllow,
 			userKey: func(letter byte, i int) string { return paddedKey(code, letter, keyLen-overhead, i) },
 			fullKey: func(user string) string { return store.RedisKey(fleetlimit.DefaultKeyPrefix, user, tag) },
 			decider: func(p profile) (decideFunc, error) {
@@ -162,10 +198,7 @@ func newContenders(addr string) ([]*contender, error) {
 					return nil, err
 				}
 				limiters = append(limiters, lim)
-				return func(ctx context.Context, key string) (bool, error) {
-					res, err := lim.Allow(ctx, key)
-					return res.Allowed, err
-				}, nil
+				return flDecider(kind, lim, st, s, c.Options().ReadTimeout), nil
 			},
 			closers: []func() error{func() error {
 				for _, st := range stores {
@@ -182,7 +215,7 @@ func newContenders(addr string) ([]*contender, error) {
 			},
 		})
 	}
-	fl("fleetlimit sliding log", "fl-sl", "sl", 0, func(p profile) algorithm.Strategy {
+	fl("fleetlimit sliding log", "fl-sl", "sl", 0, viaAllow, func(p profile) algorithm.Strategy {
 		switch p {
 		case spread:
 			return algorithm.SlidingWindowLog(100, 10*time.Second)
@@ -195,7 +228,7 @@ func newContenders(addr string) ([]*contender, error) {
 	})
 	tb := func(p profile) algorithm.Strategy {
 		switch p {
-		case spread:
+		case spread, permits:
 			return algorithm.TokenBucket(100, 10*time.Second, 100)
 		case hot:
 			return algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)
@@ -204,9 +237,15 @@ func newContenders(addr string) ([]*contender, error) {
 		}
 		return algorithm.TokenBucket(100, time.Hour, 1_000_000)
 	}
-	fl("fleetlimit token bucket", "fl-tb", "tb", 0, tb)
-	fl("fleetlimit token bucket, WithClock", "fl-tbc", "tc", 0, tb, fleetlimit.WithClock(time.Now))
-	fl("fleetlimit fixed window", "fl-fw", "fw", 0, func(p profile) algorithm.Strategy {
+	fl("fleetlimit token bucket", "fl-tb", "tb", 0, viaAllow, tb)
+	fl("fleetlimit token bucket, store.Redis.Decide alone", "fl-tb-store", "td", 0, viaDecide, func(p profile) algorithm.Strategy {
+		if p == spread {
+			return tb(p)
+		}
+		return nil // Limiter.Allow against the store's Decide alone: the 10,000-key tables
+	})
+	fl("fleetlimit token bucket, WithClock", "fl-tbc", "tc", 0, viaAllow, tb, fleetlimit.WithClock(time.Now))
+	fl("fleetlimit fixed window", "fl-fw", "fw", 0, viaAllow, func(p profile) algorithm.Strategy {
 		switch p {
 		case spread:
 			return algorithm.FixedWindow(100, 10*time.Second)
@@ -216,6 +255,21 @@ func newContenders(addr string) ([]*contender, error) {
 			return algorithm.FixedWindow(100, time.Minute)
 		}
 		return algorithm.FixedWindow(1_000_000_000, 240*time.Hour)
+	})
+	fl("fleetlimit sliding-window counter", "fl-swc", "sc", 0, viaAllow, func(p profile) algorithm.Strategy {
+		switch p {
+		case spread:
+			return algorithm.SlidingWindowCounter(100, 10*time.Second)
+		case mem:
+			return algorithm.SlidingWindowCounter(100, time.Hour)
+		}
+		return nil // issue 23 judges it over 10,000 keys; the hot keys and the users sweep would only lengthen the run
+	})
+	fl("fleetlimit Acquire+Release (concurrency)", "fl-pair", "cc", 0, viaPair, func(p profile) algorithm.Strategy {
+		if p == permits {
+			return algorithm.Concurrency(1000, 10*time.Second)
+		}
+		return nil
 	})
 	// Leased contenders: the hot profile's limits wherever they take part
 	// (leasedDoc says why).
@@ -228,10 +282,10 @@ func newContenders(addr string) ([]*contender, error) {
 		}
 	}
 	for _, n := range leaseSizes {
-		fl(fmt.Sprintf("fleetlimit token bucket, leases %d", n), fmt.Sprintf("fl-tb-l%d", n), fmt.Sprintf("t%d", n%10), n,
+		fl(fmt.Sprintf("fleetlimit token bucket, leases %d", n), fmt.Sprintf("fl-tb-l%d", n), fmt.Sprintf("t%d", n%10), n, viaAllow,
 			leased(algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)))
 	}
-	fl("fleetlimit fixed window, leases 64", "fl-fw-l64", "f4", 64, leased(algorithm.FixedWindow(10_000_000, time.Second)))
+	fl("fleetlimit fixed window, leases 64", "fl-fw-l64", "f4", 64, viaAllow, leased(algorithm.FixedWindow(10_000_000, time.Second)))
 
 	{ // go-redis/redis_rate: GCRA in one EVALSHA; keys are "rate:" + key.
 		c, rt := newClient(addr)
@@ -337,6 +391,40 @@ func newContenders(addr string) ([]*contender, error) {
 		})
 	}
 	return cs, nil
+}
+
+// flKind is how a fleetlimit contender makes its decision.
+type flKind int
+
+const (
+	viaAllow  flKind = iota // Limiter.Allow
+	viaDecide               // the store's Decide alone, no Limiter around it
+	viaPair                 // Limiter.Acquire, then Permit.Release
+)
+
+// flDecider returns the decision function of a fleetlimit contender: lim's
+// Allow, st's Decide with the request lim would send (its key prefix, the
+// contender's timeout), or an Acquire and the Release of its permit.
+func flDecider(kind flKind, lim *fleetlimit.Limiter, st store.Store, s algorithm.Strategy, timeout time.Duration) decideFunc {
+	switch kind {
+	case viaDecide:
+		return func(ctx context.Context, key string) (bool, error) {
+			d, err := st.Decide(ctx, store.Request{Strategy: s, Prefix: fleetlimit.DefaultKeyPrefix, Key: key, N: 1, Timeout: timeout})
+			return d.Allowed, err
+		}
+	case viaPair:
+		return func(ctx context.Context, key string) (bool, error) {
+			p, res, err := lim.Acquire(ctx, key)
+			if err != nil || !res.Allowed {
+				return false, err
+			}
+			return true, p.Release(ctx)
+		}
+	}
+	return func(ctx context.Context, key string) (bool, error) {
+		res, err := lim.Allow(ctx, key)
+		return res.Allowed, err
+	}
 }
 
 // leaseSizes are the token bucket's leased contenders: 32 is issue 14's

@@ -32,6 +32,14 @@ type guidePage struct {
 	// Spread is the leases-64 token bucket over 10,000 evenly walked keys
 	// at 64 goroutines, nil when not measured.
 	Spread *leaseSpread
+	// Valkey compares each exact contender's ratio to redis_rate on Redis
+	// and on Valkey; ValkeyName is the server. Pairs is Acquire+Release
+	// against AllowN, Service fleetlimitd against AllowN. Nil when not
+	// measured.
+	Valkey     *table
+	ValkeyName string
+	Pairs      *table
+	Service    *table
 }
 
 // leaseSpread says how often a key came back over 10,000 keys, and so how
@@ -72,7 +80,83 @@ func (b *bench) guidePage() guidePage {
 	b.guideCPU(&p)
 	b.guideInproc(&p)
 	b.guideLeases(&p)
+	b.guideValkey(&p)
+	b.guidePairs(&p)
+	b.guideService(&p)
 	return p
+}
+
+// guideValkey sets, per contender of the Valkey rows, decisions/s and the
+// ratio to redis_rate on each server at 1 and 64 goroutines.
+func (b *bench) guideValkey(p *guidePage) {
+	if b.valkeyInfo == nil {
+		return
+	}
+	p.ValkeyName = b.valkeyName()
+	t := &table{Header: []string{"", "Redis, 1 goroutine", "Valkey, 1 goroutine", "Redis, 64 goroutines", "Valkey, 64 goroutines", "Redis CPU µs per decision, Redis / Valkey (64 goroutines)"}}
+	cell := func(group string, g int, id string) string {
+		sc := b.scenario(group, fmt.Sprintf("%d goroutines", g))
+		if sc == nil || sc.get(id) == nil {
+			return "–"
+		}
+		s := sc.get(id)
+		return fmt.Sprintf("%s (%s)", fmtRate(s.rate()), fmtRatio(s.ratio(sc.get("redis_rate"))))
+	}
+	cpu := func(group, id string) string {
+		sc := b.scenario(group, "64 goroutines")
+		if sc == nil || sc.get(id) == nil {
+			return "–"
+		}
+		return fmtF(sc.get(id).totals().cpuPerDecision()*1e6, 1)
+	}
+	for _, id := range valkeyContenders {
+		sc := b.scenario(valkeyGroup, "1 goroutines")
+		if sc == nil || sc.get(id) == nil {
+			continue
+		}
+		t.Rows = append(t.Rows, []string{sc.get(id).c.name, cell("10,000 keys", 1, id), cell(valkeyGroup, 1, id),
+			cell("10,000 keys", 64, id), cell(valkeyGroup, 64, id), cpu("10,000 keys", id) + " / " + cpu(valkeyGroup, id)})
+	}
+	if len(t.Rows) > 0 {
+		p.Valkey = t
+	}
+}
+
+// guidePairs sets Acquire+Release pairs against the token bucket's AllowN
+// at each concurrency.
+func (b *bench) guidePairs(p *guidePage) {
+	t := &table{Header: []string{"goroutines", "pairs/s", "AllowN decisions/s", "pair vs AllowN", "round trips per pair", "Redis CPU µs per pair (AllowN)", "allocs per pair (AllowN)"}}
+	for _, g := range goroutineCounts {
+		sc := b.scenario(pairsGroup, fmt.Sprintf("%d goroutines", g))
+		if sc == nil || sc.get("fl-pair") == nil || sc.get("fl-tb") == nil {
+			continue
+		}
+		pr, al := sc.get("fl-pair"), sc.get("fl-tb")
+		x, y := pr.totals(), al.totals()
+		t.Rows = append(t.Rows, []string{fmt.Sprint(g), fmtRate(pr.rate()), fmtRate(al.rate()), fmtRatio(pr.ratio(al)), fmtF(x.per(float64(x.rt)), 2),
+			fmt.Sprintf("%s (%s)", fmtF(x.cpuPerDecision()*1e6, 1), fmtF(y.cpuPerDecision()*1e6, 1)),
+			fmt.Sprintf("%s (%s)", fmtF(x.per(float64(x.mallocs)), 1), fmtF(y.per(float64(y.mallocs)), 1))})
+	}
+	if len(t.Rows) > 0 {
+		p.Pairs = t
+	}
+}
+
+// guideService sets fleetlimitd's calls/s and latency against AllowN.
+func (b *bench) guideService(p *guidePage) {
+	t := &table{Header: []string{"callers", "fleetlimitd calls/s", "AllowN in process", "fleetlimitd vs AllowN", "fleetlimitd p50 / p99 µs", "AllowN p50 / p99 µs"}}
+	for _, g := range goroutineCounts {
+		sc := b.scenario(serviceGroup, fmt.Sprintf("%d goroutines", g))
+		if sc == nil || sc.get("svc-grpc") == nil || sc.get("svc-allow") == nil {
+			continue
+		}
+		s, a := sc.get("svc-grpc"), sc.get("svc-allow")
+		t.Rows = append(t.Rows, []string{fmt.Sprint(g), fmtRate(s.rate()), fmtRate(a.rate()), fmtRatio(s.ratio(a)),
+			fmtUs(s.quantile(0.5)) + " / " + fmtUs(s.quantile(0.99)), fmtUs(a.quantile(0.5)) + " / " + fmtUs(a.quantile(0.99))})
+	}
+	if len(t.Rows) > 0 {
+		p.Service = t
+	}
 }
 
 // guideLeases compares, at 64 goroutines on each key set, fleetlimit's token

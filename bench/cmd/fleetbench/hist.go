@@ -72,3 +72,13 @@ func (h *hist) quantile(q float64) time.Duration {
 	}
 	return time.Duration(bucketValue(histBuckets - 1))
 }
+
+// countAtLeast is how many recorded values are at least d (by bucket: values
+// in d's bucket count).
+func (h *hist) countAtLeast(d time.Duration) int64 {
+	var n int64
+	for i := bucketOf(int64(d)); i < histBuckets; i++ {
+		n += h.counts[i]
+	}
+	return n
+}

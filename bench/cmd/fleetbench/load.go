@@ -20,6 +20,7 @@ type sample struct {
 	mallocs          uint64        // Go heap allocations in this process
 	others           float64       // cores other processes used meanwhile
 	clientCPU        time.Duration // this process's CPU time
+	svcCPU           time.Duration // the contender's own process's CPU time (contender.pid)
 	firstErr         string
 }
 
@@ -141,9 +142,10 @@ func measured(ctx context.Context, srv *server, c *contender, run func() sample)
 	rt0 := c.rt.n.Load()
 	runtime.ReadMemStats(&m0)
 	lm := startLoad(srv.pid())
-	cpu0 := processCPU()
+	cpu0, svc0 := processCPU(), pidCPU(c.pid)
 	s := run()
 	s.clientCPU = processCPU() - cpu0
+	s.svcCPU = pidCPU(c.pid) - svc0
 	s.others = lm.others()
 	runtime.ReadMemStats(&m1)
 	s.rt = c.rt.n.Load() - rt0

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -32,8 +33,13 @@ type config struct {
 	inprocDur   time.Duration
 	out, docs   string
 	redisServer string
-	skipInproc  bool
-	skipRedis   bool
+	// valkeyServer is the valkey-server binary the Valkey rows run on; ""
+	// (or a binary not found) leaves them out, and RESULTS.md says so.
+	valkeyServer string
+	// service is the fleetlimitd module to build and measure ("" to skip).
+	service    string
+	skipInproc bool
+	skipRedis  bool
 }
 
 func main() {
@@ -44,6 +50,8 @@ func main() {
 	flag.StringVar(&cfg.out, "out", "RESULTS.md", "results file")
 	flag.StringVar(&cfg.docs, "docs", "../docs/performance.md", "user guide to write from the results ('' to skip)")
 	flag.StringVar(&cfg.redisServer, "redis-server", "redis-server", "redis-server binary to start")
+	flag.StringVar(&cfg.valkeyServer, "valkey-server", "valkey-server", "valkey-server binary for the Valkey rows ('' to skip them)")
+	flag.StringVar(&cfg.service, "service", "../cmd/fleetlimitd", "fleetlimitd's module, built with go build and measured over gRPC ('' to skip)")
 	flag.BoolVar(&cfg.skipInproc, "skip-inproc", false, "skip the in-process benchmarks (for development)")
 	flag.BoolVar(&cfg.skipRedis, "skip-redis", false, "skip the Redis benchmarks (for development)")
 	flag.Parse()
@@ -93,6 +101,10 @@ func run(cfg config) int {
 		b.srv = srv
 		log.Printf("redis-server on %s", srv.addr)
 		if err := b.redisPhases(ctx); err != nil {
+			log.Print(err)
+			return 1
+		}
+		if err := b.valkeyPhase(ctx); err != nil {
 			log.Print(err)
 			return 1
 		}
@@ -179,16 +191,24 @@ func (b *bench) redisPhases(ctx context.Context) error {
 		letter byte
 		users  int
 		zipf   bool
-	}{{"10,000 keys", spread, 's', 10_000, false}, {zipfGroup, hot, 'z', 10_000, true}, {"one hot key", hot, 'h', 1, false}} {
+		only   []string
+	}{{"10,000 keys", spread, 's', 10_000, false, nil}, {zipfGroup, hot, 'z', 10_000, true, nil}, {"one hot key", hot, 'h', 1, false, nil},
+		{pairsGroup, permits, 'p', 10_000, false, pairContenders}} {
 		for _, g := range goroutineCounts {
 			sc := scenario{group: set.group, label: fmt.Sprintf("%d goroutines", g), prof: set.prof,
-				letter: set.letter, users: set.users, g: g, zipf: set.zipf}
+				letter: set.letter, users: set.users, g: g, zipf: set.zipf, only: set.only}
 			if err := b.runScenario(ctx, sc); err != nil {
 				return err
 			}
 		}
 	}
 	if err := b.memoryPhase(ctx); err != nil {
+		return err
+	}
+	if err := b.fleetPhase(ctx); err != nil {
+		return err
+	}
+	if err := b.servicePhase(ctx); err != nil {
 		return err
 	}
 	if err := b.logSweep(ctx, []int64{10, 100, 1000}); err != nil {
@@ -217,9 +237,63 @@ func (b *bench) redisPhases(ctx context.Context) error {
 	return b.srv.admin.FlushAll(ctx).Err()
 }
 
+// pairsGroup names the scenarios of Acquire+Release pairs (issue 26).
+const pairsGroup = "Acquire+Release, 10,000 keys"
+
+// valkeyGroup names the exact-path scenarios run on valkey-server.
+const valkeyGroup = "Valkey, 10,000 keys"
+
+// valkeyPhase runs the 10,000-key scenarios of the exact path again on a
+// throwaway valkey-server, each contender with clients of its own; without
+// the binary it records why there are no Valkey rows.
+func (b *bench) valkeyPhase(ctx context.Context) error {
+	if b.cfg.valkeyServer == "" {
+		b.valkeyNote = "skipped (-valkey-server '')"
+		return nil
+	}
+	if _, err := exec.LookPath(b.cfg.valkeyServer); err != nil {
+		b.valkeyNote = fmt.Sprintf("skipped: %s not found on this machine", b.cfg.valkeyServer)
+		log.Printf("Valkey rows %s", b.valkeyNote)
+		return nil
+	}
+	srv, err := startServer(b.cfg.valkeyServer)
+	if err != nil {
+		// The Redis figures stand without it: RESULTS.md says why there
+		// are no Valkey rows, and the failed check makes the run exit 2.
+		b.valkeyNote = "valkey-server did not start: " + err.Error()
+		b.verify(false, "valkey-server starts", "%v", err)
+		return nil
+	}
+	defer srv.stop()
+	log.Printf("valkey-server on %s", srv.addr)
+	if b.valkeyInfo, err = srv.info(ctx, "server", "memory"); err != nil {
+		return err
+	}
+	cs, err := newContenders(srv.addr)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, c := range cs {
+			c.close()
+		}
+	}()
+	on := &backend{srv: srv, contenders: cs}
+	for _, g := range goroutineCounts {
+		sc := scenario{group: valkeyGroup, label: fmt.Sprintf("%d goroutines", g), prof: spread,
+			letter: 's', users: 10_000, g: g, only: valkeyContenders, on: on}
+		if err := b.runScenario(ctx, sc); err != nil {
+			return err
+		}
+	}
+	return srv.admin.FlushAll(ctx).Err()
+}
+
 var (
-	sweepGoroutines = []int{1, 2, 4, 8, 16, 32, 64, 128}
-	sweepContenders = []string{"fl-tb", "redis_rate", "incr"}
-	sweepUsers      = []int{1, 100, 10_000, 100_000}
-	usersContenders = []string{"fl-tb", "fl-fw", "redis_rate", "ulule", "incr"}
+	pairContenders   = []string{"fl-pair", "fl-tb", "incr"}
+	valkeyContenders = []string{"fl-sl", "fl-tb", "fl-fw", "fl-swc", "redis_rate", "ulule", "incr"}
+	sweepGoroutines  = []int{1, 2, 4, 8, 16, 32, 64, 128}
+	sweepContenders  = []string{"fl-tb", "redis_rate", "incr"}
+	sweepUsers       = []int{1, 100, 10_000, 100_000}
+	usersContenders  = []string{"fl-tb", "fl-fw", "redis_rate", "ulule", "incr"}
 )

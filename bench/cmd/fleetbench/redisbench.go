@@ -26,6 +26,23 @@ type scenario struct {
 	only   []string // contender ids taking part; nil for all
 	pass   bool     // warm up with one pass over every key (and check DBSIZE)
 	zipf   bool     // walk the keys in a Zipf-distributed order (zipfOrder), not evenly
+	// on is the server and its contenders; nil for the bench's Redis
+	// (b.srv, b.contenders).
+	on *backend
+}
+
+// backend is a server with its own set of contenders (own clients).
+type backend struct {
+	srv        *server
+	contenders []*contender
+}
+
+// backendOf returns the server and contenders a scenario runs against.
+func (b *bench) backendOf(sc scenario) (*server, []*contender) {
+	if sc.on != nil {
+		return sc.on.srv, sc.on.contenders
+	}
+	return b.srv, b.contenders
 }
 
 type series struct {
@@ -78,6 +95,13 @@ type bench struct {
 	serverInfo   map[string]string
 	serverConfig map[string]string
 	clientsPool  int
+	valkeyInfo   map[string]string // INFO server of the Valkey rows' server; nil when none ran
+	valkeyNote   string            // why there are no Valkey rows; "" when there are
+	fleet        []fleetRound
+	// fleetBoundStated: docs/guarantees.md states the bound fleetHeld
+	// computes (fleetBoundText).
+	fleetBoundStated bool
+	service          *serviceRun
 }
 
 // check is one verification of the set-up; RESULTS.md lists them all.
@@ -116,7 +140,8 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 		cursor []int // where each goroutine's walk over keys continues
 	}
 	var as []active
-	for _, c := range b.contenders {
+	srv, cs := b.backendOf(sc)
+	for _, c := range cs {
 		if sc.only != nil && !contains(sc.only, c.id) {
 			continue
 		}
@@ -138,7 +163,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 	for _, a := range as {
 		if sc.pass {
 			w := loadPass(ctx, a.fn, a.keys, sc.g, 1)
-			n, err := b.countExisting(ctx, a.s.c, a.keys)
+			n, err := countExisting(ctx, srv, a.s.c, a.keys)
 			if err != nil {
 				return err
 			}
@@ -156,7 +181,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 	for r := range b.cfg.rounds {
 		for k := range as {
 			a := as[(k+r)%len(as)] // rotate the order each round: A B C, B C A, ...
-			s, err := measured(ctx, b.srv, a.s.c, func() sample {
+			s, err := measured(ctx, srv, a.s.c, func() sample {
 				return loadFor(ctx, a.fn, a.keys, sc.g, b.cfg.dur, a.cursor)
 			})
 			if err != nil {
@@ -170,7 +195,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 	}
 	if sc.group == "10,000 keys" {
 		for _, a := range as {
-			n, err := b.countExisting(ctx, a.s.c, a.keys)
+			n, err := countExisting(ctx, srv, a.s.c, a.keys)
 			if err != nil {
 				return err
 			}
@@ -239,7 +264,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 
 // countExisting returns how many of the users' Redis keys exist, by the
 // names the library is expected to use.
-func (b *bench) countExisting(ctx context.Context, c *contender, keys []string) (int64, error) {
+func countExisting(ctx context.Context, srv *server, c *contender, keys []string) (int64, error) {
 	var n int64
 	for i := 0; i < len(keys); i += 500 {
 		batch := keys[i:min(i+500, len(keys))]
@@ -247,7 +272,7 @@ func (b *bench) countExisting(ctx context.Context, c *contender, keys []string) 
 		for j, k := range batch {
 			full[j] = c.fullKey(k)
 		}
-		got, err := b.srv.admin.Exists(ctx, full...).Result()
+		got, err := srv.admin.Exists(ctx, full...).Result()
 		if err != nil {
 			return 0, err
 		}
@@ -281,8 +306,8 @@ const memUsers = 10_000
 func (b *bench) memoryPhase(ctx context.Context) error {
 	log.Printf("memory: %d users per contender", memUsers)
 	for _, c := range b.contenders {
-		if c.lease > 0 {
-			continue // its keys are its exact twin's
+		if c.lease > 0 || c.noMemory {
+			continue // its keys are its exact twin's, or it leaves none
 		}
 		fn, err := c.decider(mem)
 		if err != nil || fn == nil {
@@ -396,7 +421,10 @@ func (b *bench) logSweep(ctx context.Context, limits []int64) error {
 			return err
 		}
 		defer st.Close()
-		lim, err := fleetlimit.New(algorithm.SlidingWindowLog(limit, time.Hour), st, fleetlimit.WithKeyPrefix(fleetlimit.DefaultKeyPrefix))
+		// go-redis's read timeout, as every contender has (newContenders):
+		// a stall of this shared machine must not fail the fill.
+		lim, err := fleetlimit.New(algorithm.SlidingWindowLog(limit, time.Hour), st, fleetlimit.WithKeyPrefix(fleetlimit.DefaultKeyPrefix),
+			fleetlimit.WithTimeout(c.Options().ReadTimeout))
 		if err != nil {
 			return err
 		}

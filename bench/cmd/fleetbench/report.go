@@ -56,6 +56,27 @@ type resultsPage struct {
 	LeaseTargets    table
 	LeaseTargetsMet int
 	LeaseMisses     []item
+	LeaseWork       string // the hot key's work per decision, met or not
+
+	// The same for issue 23 (the exact path) and issue 29 (leases at 2M
+	// decisions/s).
+	Issue23, Issue29       table
+	Issue23Met, Issue29Met int
+	Issue23Misses          []item
+	Issue29Misses          []item
+
+	// Valkey is the Valkey rows' server (version, name); ValkeyNote says
+	// why there are none.
+	Valkey     string
+	ValkeyNote string
+	// Fleet is issue 29's simulated fleet, round by round; FleetDoc its set-up.
+	Fleet    *table
+	FleetDoc string
+	// Service is fleetlimitd against Limiter.AllowN; ServiceDoc its set-up,
+	// ServiceNote why it was not measured.
+	Service     *table
+	ServiceDoc  string
+	ServiceNote string
 
 	ClientsPool int
 	Groups      []redisGroup
@@ -155,6 +176,9 @@ func (b *bench) resultsPage() resultsPage {
 	}
 	b.targetsTable(&p)
 	b.redisTables(&p)
+	b.valkeyServed(&p)
+	b.fleetTable(&p)
+	b.serviceTable(&p)
 	b.memoryTables(&p)
 	b.sweepTables(&p)
 	b.inprocTables(&p)
@@ -166,6 +190,9 @@ func (b *bench) resultsPage() resultsPage {
 func (b *bench) targetsTable(p *resultsPage) {
 	p.Targets, p.TargetsMet, p.Misses = judged(b.targets())
 	p.LeaseTargets, p.LeaseTargetsMet, p.LeaseMisses = judged(b.leaseTargets())
+	p.LeaseWork = b.leaseWork()
+	p.Issue23, p.Issue23Met, p.Issue23Misses = judged(b.issue23Targets())
+	p.Issue29, p.Issue29Met, p.Issue29Misses = judged(b.issue29Targets())
 }
 
 // judged lays out targets as a table, with how many were met and, once per
@@ -193,7 +220,20 @@ func judged(ts []target) (t table, met int, misses []item) {
 	return t, met, misses
 }
 
-func (b *bench) redisRow(sc *scenarioResult, s *series) []string {
+// pairAnchors are what Acquire+Release pairs are compared with.
+var pairAnchors = []struct{ id, label string }{{"fl-tb", "vs AllowN (token bucket)"}, {"incr", "vs INCR"}}
+
+// redisHeaderFor is the header of a Redis table whose ratio columns are
+// anchored on as.
+func redisHeaderFor(as []struct{ id, label string }) []string {
+	h := []string{"contender", "decisions/s"}
+	for _, a := range as {
+		h = append(h, a.label)
+	}
+	return append(h, redisHeader[2+len(anchors):]...)
+}
+
+func (b *bench) redisRow(sc *scenarioResult, s *series, anchors []struct{ id, label string }) []string {
 	t := s.totals()
 	row := []string{s.c.name, fmtRate(s.rate())}
 	for _, a := range anchors {
@@ -222,9 +262,15 @@ func (b *bench) redisTables(p *resultsPage) {
 	for _, group := range []struct {
 		name string
 		prof profile
-	}{{"10,000 keys", spread}, {zipfGroup, hot}, {"one hot key", hot}} {
+	}{{"10,000 keys", spread}, {zipfGroup, hot}, {"one hot key", hot}, {pairsGroup, permits}, {valkeyGroup, spread}} {
 		g := redisGroup{Name: group.name, Limits: profileDoc[group.prof]}
-		if group.name == zipfGroup {
+		switch group.name {
+		case valkeyGroup:
+			if b.valkeyInfo == nil {
+				continue
+			}
+			g.Limits = fmt.Sprintf("the 10,000-key scenarios again on a throwaway %s, each contender with clients of its own, the same limits: %s", b.valkeyName(), g.Limits)
+		case zipfGroup:
 			g.Limits = fmt.Sprintf("users drawn from a Zipf distribution (s = %.1f) over 10,000 users, one fixed sequence for every contender: %s. Per user as for one hot key: %s",
 				zipfS, zipfShares(10_000), g.Limits)
 		}
@@ -233,9 +279,13 @@ func (b *bench) redisTables(p *resultsPage) {
 			if sc == nil {
 				continue
 			}
-			t := table{Header: redisHeader}
+			as := anchors
+			if group.name == pairsGroup {
+				as = pairAnchors
+			}
+			t := table{Header: redisHeaderFor(as)}
 			for _, s := range sc.series {
-				t.Rows = append(t.Rows, b.redisRow(sc, s))
+				t.Rows = append(t.Rows, b.redisRow(sc, s, as))
 			}
 			g.Tables = append(g.Tables, goroutineTable{n, t})
 		}
@@ -409,5 +459,88 @@ func (b *bench) rawTables(p *resultsPage) {
 			}
 			p.RawInproc.Rows = append(p.RawInproc.Rows, []string{fmt.Sprintf("in process, %d goroutine(s)", g), r.c.name, strings.Join(xs, " ") + " ns/op", strings.Join(os, " ")})
 		}
+	}
+}
+
+// valkeyName is the Valkey rows' server as it names itself: server_name and
+// valkey_version (its redis_version is the Redis version it is compatible
+// with, 7.2.4 for Valkey 8, and says nothing of Valkey's own).
+func (b *bench) valkeyName() string {
+	name := b.valkeyInfo["server_name"]
+	if name == "" {
+		name = "valkey"
+	}
+	v := b.valkeyInfo["valkey_version"]
+	if v == "" {
+		v = "unknown version (redis_version " + b.valkeyInfo["redis_version"] + ")"
+	}
+	return fmt.Sprintf("%s-server %s", name, v)
+}
+
+func (b *bench) valkeyServed(p *resultsPage) {
+	if b.valkeyInfo == nil {
+		p.ValkeyNote = b.valkeyNote
+		if p.ValkeyNote == "" {
+			p.ValkeyNote = "not run"
+		}
+		return
+	}
+	p.Valkey = fmt.Sprintf("%s (redis_version %s, %s)", b.valkeyName(), b.valkeyInfo["redis_version"], b.valkeyInfo["mem_allocator"])
+}
+
+// fleetTable lays out issue 29's simulated fleet, one row per round.
+func (b *bench) fleetTable(p *resultsPage) {
+	p.FleetDoc = fmt.Sprintf("%d Limiters, each with its own go-redis client and pool (go-redis defaults), share one key of a token bucket of %d per second, burst %d, with WithLeases(%d, %v); %d goroutines in all (%d per Limiter) call Allow flat out for %v per round, each round on a fresh key. Each admitted call's start and end are recorded; a window's count is the calls that overlapped it (an upper bound) and, as an estimate, those whose midpoint fell in it. The token bucket itself allows burst + rate·d in any interval d.",
+		fleetProcs, fleetRate, fleetBurst, fleetLease, leaseMaxAge, fleetGoroutines, fleetGoroutines/fleetProcs, b.fleetDur())
+	if len(b.fleet) == 0 {
+		return
+	}
+	t := &table{Header: []string{"round", "decisions/s", "admitted", "admitted/s", "round trips per decision", "errors"}}
+	for _, w := range b.fleetWindows() {
+		t.Header = append(t.Header, fmt.Sprintf("most admitted in %v (estimate)", w), "burst + rate·d")
+	}
+	for i, x := range b.fleet {
+		row := []string{fmt.Sprint(i + 1), fmtRate(x.rate()), fmt.Sprint(x.admitted), fmtRate(float64(x.admitted) / x.elapsed.Seconds()),
+			fmtF(float64(x.rt)/float64(max(x.decisions, 1)), 4), fmt.Sprint(x.errs)}
+		for _, w := range b.fleetWindows() {
+			row = append(row, fmt.Sprintf("%d (%d)", x.upper[w], x.mid[w]), fmt.Sprint(allowedIn(w)))
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	p.Fleet = t
+}
+
+// serviceTable compares fleetlimitd over gRPC with Limiter.AllowN of the
+// same rule in process, at each concurrency.
+func (b *bench) serviceTable(p *resultsPage) {
+	if b.service == nil {
+		p.ServiceNote = "not run"
+		return
+	}
+	if b.service.note != "" {
+		p.ServiceNote = b.service.note
+		return
+	}
+	p.ServiceDoc = fmt.Sprintf("cmd/fleetlimitd built with go build (%v) and started as a process of its own on the bench's redis-server (`fleetlimitd %s`), serving one rule: %q. Its client here is go-control-plane's RateLimitService client over one gRPC connection on loopback (as Envoy keeps few); each call is one ShouldRateLimit with one descriptor (user = the key), 10,000 keys walked evenly. Beside it, the same rule (algorithm.FixedWindow(%d, 1s)) through Limiter.AllowN in this process, over its own go-redis client, on the same Redis. Service CPU is fleetlimitd's own (/proc, 10 ms ticks), benchmark CPU this process's (the gRPC client, or the Limiter and go-redis); Redis commands and CPU are the server's, whoever sent them.",
+		b.service.build.Round(100*time.Millisecond), b.service.args, serviceRule, serviceLimit)
+	t := &table{Header: []string{"callers", "contender", "calls/s", "vs AllowN", "p50 µs", "p99 µs", "Redis cmds", "Redis CPU µs", "benchmark CPU µs", "service CPU µs", "benchmark allocs"}}
+	for _, g := range goroutineCounts {
+		sc := b.scenario(serviceGroup, fmt.Sprintf("%d goroutines", g))
+		if sc == nil {
+			continue
+		}
+		for _, s := range sc.series {
+			x := s.totals()
+			svc := "–"
+			if s.c.pid != 0 {
+				svc = fmtF(x.per(float64(x.svcCPU))/1e3, 1)
+			}
+			t.Rows = append(t.Rows, []string{fmt.Sprint(g), s.c.name, fmtRate(s.rate()), fmtRatio(s.ratio(sc.get("svc-allow"))),
+				fmtUs(s.quantile(0.5)), fmtUs(s.quantile(0.99)), fmtF(x.per(float64(x.cmds)), 2), fmtF(x.cpuPerDecision()*1e6, 1),
+				fmtF(x.per(float64(x.clientCPU))/1e3, 1), svc, fmtF(x.per(float64(x.mallocs)), 1)})
+		}
+	}
+	if len(t.Rows) > 0 {
+		p.Service = t
 	}
 }

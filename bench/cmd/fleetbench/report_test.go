@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -106,16 +107,23 @@ func syntheticBench(sparse bool) *bench {
 		{name: "ulule/limiter (fixed window)", id: "ulule", anchor: true},
 		{name: "throttled (GCRA, client CAS)", id: "throttled", anchor: true},
 		{name: "go-redis INCR (floor, no limiter)", id: "incr", anchor: true},
+		{name: "fleetlimit sliding-window counter", id: "fl-swc"},
+		{name: "fleetlimit token bucket, store.Redis.Decide alone", id: "fl-tb-store", noMemory: true},
+		{name: "fleetlimit Acquire+Release (concurrency)", id: "fl-pair", noMemory: true},
+		{name: "fleetlimitd ShouldRateLimit over gRPC", id: "svc-grpc", noMemory: true, pid: 1},
+		{name: "fleetlimit Limiter.AllowN in process, same rule", id: "svc-allow", noMemory: true},
 	}
 	b.contenders = cs
 	// speed is each contender's decisions/s at one goroutine, before the
 	// scenario's scaling; cost its Redis CPU µs per decision.
 	speed := map[string]float64{"fl-sl": 15e3, "fl-tb": 17e3, "fl-tbc": 17.5e3, "fl-fw": 16e3,
 		"fl-tb-l8": 90e3, "fl-tb-l32": 200e3, "fl-tb-l64": 260e3, "fl-fw-l64": 250e3,
-		"redis_rate": 16.5e3, "ulule": 16.2e3, "throttled": 8e3, "incr": 19e3}
+		"redis_rate": 16.5e3, "ulule": 16.2e3, "throttled": 8e3, "incr": 19e3,
+		"fl-swc": 16.8e3, "fl-tb-store": 17.2e3, "fl-pair": 8.1e3, "svc-grpc": 4e3, "svc-allow": 17e3}
 	cost := map[string]float64{"fl-sl": 14, "fl-tb": 9, "fl-tbc": 8.5, "fl-fw": 6,
 		"fl-tb-l8": 1.2, "fl-tb-l32": 0.3, "fl-tb-l64": 0.15, "fl-fw-l64": 0.14,
-		"redis_rate": 11, "ulule": 7, "throttled": 8, "incr": 2}
+		"redis_rate": 11, "ulule": 7, "throttled": 8, "incr": 2,
+		"fl-swc": 10, "fl-tb-store": 9, "fl-pair": 19, "svc-grpc": 6, "svc-allow": 6}
 	mkSample := func(c *contender, k, r, g int, scale float64, hotErrs bool) sample {
 		elapsed := time.Duration(120+r) * time.Millisecond
 		rate := speed[c.id] * scale * (1 + 0.03*float64((k+2*r)%5) - 0.05*float64(r%2))
@@ -135,6 +143,9 @@ func syntheticBench(sparse bool) *bench {
 		}
 		if c.lease > 0 {
 			s.rt = ok/c.lease + int64(r)
+		}
+		if c.pid != 0 {
+			s.svcCPU = time.Duration(ok) * time.Duration(40+r) * time.Microsecond
 		}
 		if hotErrs {
 			s.errs = ok / int64(4+r)
@@ -166,10 +177,15 @@ func syntheticBench(sparse bool) *bench {
 		}
 		return res
 	}
+	exact := []string{"fl-sl", "fl-tb", "fl-tbc", "fl-fw", "fl-tb-l8", "fl-tb-l32", "fl-tb-l64", "fl-fw-l64", "redis_rate", "ulule", "throttled", "incr", "fl-swc"}
 	for _, group := range []string{"10,000 keys", zipfGroup, "one hot key"} {
+		only := exact
+		if group == "10,000 keys" {
+			only = append(slices.Clone(exact), "fl-tb-store")
+		}
 		for _, g := range goroutineCounts {
 			// Concurrency helps the fleetlimit scripts more than the anchors.
-			b.scenarios = append(b.scenarios, scenarioOf(scenario{group: group, label: fmt.Sprintf("%d goroutines", g), g: g, users: 10_000}, nil,
+			b.scenarios = append(b.scenarios, scenarioOf(scenario{group: group, label: fmt.Sprintf("%d goroutines", g), g: g, users: 10_000}, only,
 				1+float64(g)/16))
 		}
 	}
@@ -188,9 +204,27 @@ func syntheticBench(sparse bool) *bench {
 		{"10,000 keys, 1 goroutines, fleetlimit token bucket: no errors", true, "0 errors of 2000 calls; first: "},
 	}
 	if sparse {
+		b.valkeyNote = "skipped: valkey-server not found on this machine"
+		b.service = &serviceRun{note: "skipped (-service '')"}
 		b.checks = append(b.checks, check{"users sweep, ulule/limiter (fixed window): keys spread", false,
 			"after one pass over 10000 users, 9999 of their Redis keys exist; 0 denied, 0 errors"})
 		return b
+	}
+	for _, g := range goroutineCounts {
+		label := fmt.Sprintf("%d goroutines", g)
+		b.scenarios = append(b.scenarios,
+			scenarioOf(scenario{group: pairsGroup, label: label, g: g, users: 10_000}, pairContenders, 1+float64(g)/32),
+			scenarioOf(scenario{group: valkeyGroup, label: label, g: g, users: 10_000}, valkeyContenders, 1.1+float64(g)/16),
+			scenarioOf(scenario{group: serviceGroup, label: label, g: g, users: 10_000}, serviceContenders, 1+float64(g)/64))
+	}
+	b.valkeyInfo = map[string]string{"server_name": "valkey", "valkey_version": "8.0.1", "redis_version": "7.2.4", "mem_allocator": "jemalloc-5.3.0"}
+	b.service = &serviceRun{build: 14200 * time.Millisecond, args: "-config bench.yaml -redis 127.0.0.1:6379 -grpc-addr 127.0.0.1:0"}
+	b.fleetBoundStated = true
+	for r := range 3 {
+		up := allowedIn(100*time.Millisecond) + int64(40*r-30)
+		b.fleet = append(b.fleet, fleetRound{elapsed: 1200 * time.Millisecond, decisions: int64(1_800_000 + 90_000*r), admitted: int64(1_150_000 + 1000*r),
+			rt: int64(60_000 + 500*r), upper: map[time.Duration]int64{100 * time.Millisecond: up, time.Second: allowedIn(time.Second) + int64(300-100*r)},
+			mid: map[time.Duration]int64{100 * time.Millisecond: up - 20, time.Second: allowedIn(time.Second) + int64(250-100*r)}})
 	}
 	for _, g := range sweepGoroutines {
 		b.scenarios = append(b.scenarios, scenarioOf(scenario{group: "goroutine sweep", label: fmt.Sprintf("%d goroutines", g), g: g, users: 10_000},
@@ -220,8 +254,14 @@ func syntheticBench(sparse bool) *bench {
 		{name: "x/time/rate in a sync.Map", id: "xrate", anchor: true},
 		{name: "sethvargo/go-limiter memorystore", id: "golimiter", anchor: true},
 		{name: "ulule/limiter memory store", id: "ulule-mem", anchor: true},
+		{name: "fleetlimit Limiter.Allow, memory, fixed window", id: "fl-lim-fw"},
+		{name: "fleetlimit store.Memory.Decide, fixed window", id: "fl-mem-fw"},
+		{name: "fleetlimit Limiter.Allow, memory, sliding-window counter", id: "fl-lim-swc"},
+		{name: "fleetlimit store.Memory.Decide, sliding-window counter", id: "fl-mem-swc"},
+		{name: "fleetlimit Acquire+Release, memory, concurrency", id: "fl-pair-mem"},
 	}
-	cpuNs := map[string]float64{"fl-lim-tb": 62, "fl-lease-tb": 120, "fl-mem-tb": 41, "fl-lim-sl": 105, "fl-mem-sl": 80, "xrate": 88, "golimiter": 95, "ulule-mem": 240}
+	cpuNs := map[string]float64{"fl-lim-tb": 62, "fl-lease-tb": 120, "fl-mem-tb": 41, "fl-lim-sl": 105, "fl-mem-sl": 80, "xrate": 88, "golimiter": 95, "ulule-mem": 240,
+		"fl-lim-fw": 58, "fl-mem-fw": 49, "fl-lim-swc": 99, "fl-mem-swc": 70, "fl-pair-mem": 410}
 	for k, c := range ics {
 		res := &inprocResult{c: c, samples: map[int][]inprocSample{}}
 		for r := range b.cfg.rounds {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -53,7 +52,7 @@ func startServer(bin string) (*server, error) {
 		s.stop()
 		dir, _ = os.MkdirTemp("", "fleetbench-redis-")
 	}
-	return nil, errors.New("could not start redis-server on a free loopback port")
+	return nil, fmt.Errorf("could not start %s on a free loopback port in 5 attempts", bin)
 }
 
 func freePort() (int, error) {

@@ -82,7 +82,7 @@ type totals struct {
 	ok, errs, rt, cmds int64
 	mallocs            uint64
 	cpu                float64
-	clientCPU          time.Duration
+	clientCPU, svcCPU  time.Duration
 	elapsed            time.Duration
 	cmdsBy             map[string]int64
 }
@@ -97,6 +97,7 @@ func (s *series) totals() totals {
 		t.mallocs += x.mallocs
 		t.cpu += x.cpu
 		t.clientCPU += x.clientCPU
+		t.svcCPU += x.svcCPU
 		t.elapsed += x.elapsed
 		for k, v := range x.cmds {
 			t.cmdsBy[k] += v
