@@ -165,6 +165,7 @@ const (
 	refundMode
 	leaseMode
 	holdMode
+	chargeMode
 )
 
 // decide is Decide, Peek or Refund, by mode.
@@ -252,7 +253,7 @@ func records(mode mode, d algorithm.Decision, st algorithm.State, now time.Time)
 	switch mode {
 	case decideMode, leaseMode:
 		return d.Allowed || st.FullAt() > now.UnixMicro()
-	case holdMode:
+	case holdMode, chargeMode:
 		return st.FullAt() > now.UnixMicro()
 	}
 	return false
