@@ -254,3 +254,62 @@ func TestSettleCompositeAllOrNone(t *testing.T) {
 		})
 	}
 }
+
+// TestReserveWithLeases: with leases a reservation is always decided by
+// the store, never from a lease.
+func TestReserveWithLeases(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			obs := &spy.Observer{}
+			c := fakeclock.New(proptest.Epoch)
+			lim := newReserveLimiter(t, algorithm.FixedWindow(100, time.Hour), st, c,
+				fleetlimit.WithLeases(10, time.Minute), fleetlimit.WithObserver(obs))
+			t.Cleanup(func() { _ = lim.Close() })
+			for range 3 { // repeat traffic: the key's lease takes hold
+				if _, err := lim.AllowN(ctx, "user", 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			obs.Take()
+			rv, res, err := lim.Reserve(ctx, "user", 1)
+			if err != nil || !res.Allowed || res.Remaining != 88 {
+				t.Fatalf("Reserve(1) = %+v, %v; want 88 left (11 taken: the first exact, then a lease of 10)", res, err)
+			}
+			if evs := obs.Take(); len(evs) != 1 || evs[0].DecidedBy != fleetlimit.DecidedByStore {
+				t.Fatalf("Reserve's events %+v, want one decided by the store, not the lease", evs)
+			}
+			if res, err := rv.Settle(ctx, 89); err != nil || res.Remaining != 0 {
+				t.Fatalf("Settle(89) = %+v, %v; want the window full", res, err)
+			}
+		})
+	}
+}
+
+// TestSettleForgetsCachedDenials: with a denial cache, a settle that gives
+// units back lets a remembered denial pass again.
+func TestSettleForgetsCachedDenials(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			lim := newReserveLimiter(t, algorithm.FixedWindow(100, time.Hour), st, fakeclock.New(proptest.Epoch), fleetlimit.WithDenialCache(100))
+			rv, res, err := lim.Reserve(ctx, "user", 90)
+			if err != nil || !res.Allowed {
+				t.Fatalf("Reserve(90) = %+v, %v", res, err)
+			}
+			// 11 with 10 left: remembered (its Remaining is n-1), and the
+			// second is answered from the cache.
+			for range 2 {
+				if res, _ := lim.AllowN(ctx, "user", 11); res.Allowed {
+					t.Fatalf("AllowN(11) with 10 left = %+v", res)
+				}
+			}
+			if _, err := rv.Settle(ctx, 10); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := lim.AllowN(ctx, "user", 11); err != nil || !res.Allowed {
+				t.Fatalf("AllowN(11) after 80 were given back = %+v, %v; want the cached denial forgotten", res, err)
+			}
+		})
+	}
+}
