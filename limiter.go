@@ -65,7 +65,8 @@ type Limiter struct {
 	ov       *overrideTable // nil without WithOverrides
 	// The pipeline's modes, one per entry point.
 	allow, peek, refund mode
-	holds               holdModes // Acquire's, Release's and Renew's (permit.go)
+	holds               holdModes    // Acquire's, Release's and Renew's (permit.go)
+	reserves            reserveModes // Reserve's and its Settle's (reserve.go)
 	cfg                 config
 	waits               *waitQueues // WaitN's queues
 }
@@ -131,6 +132,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		l.leases = lease.New(cfg.leaseSize, cfg.leaseMaxAge, clock, l.sweep.arm)
 	}
 	l.buildModes()
+	l.buildReserveModes()
 	if err := l.buildHoldModes(); err != nil {
 		return nil, err
 	}

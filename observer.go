@@ -77,6 +77,14 @@ type Event struct {
 	// for observers that report its State, e.g. as a metric read when it is
 	// scraped. The same for every decision of one limiter.
 	Breaker *Breaker
+	// Settle reports the settling of a reservation (Reservation.Settle or
+	// Cancel) rather than an admission: N is then the units charged past
+	// the estimate, or, negative, the units given back; Allowed is true
+	// when it was made (Err nil). A Reserve is observed as AllowN is.
+	Settle bool
+	// Cut is, for a Settle, the units the debt cap (WithMaxDebt) cut off
+	// the charge: work done that no limit counted. 0 otherwise.
+	Cut int64
 }
 
 // routeKey is the context key of ContextWithRoute.
@@ -200,23 +208,30 @@ func (l *Limiter) observed(ctx context.Context, key string, n int64) (Result, er
 		out = shadowed(res, o)
 	}
 	if !o.invalid() {
-		route, _ := ctx.Value(routeKey{}).(string)
-		l.cfg.observer.Observe(Event{
-			Name:        l.cfg.name,
-			Route:       route,
-			Algorithm:   l.strategy.Name(),
-			Key:         key,
-			N:           n,
-			Allowed:     res.Allowed,
-			Shadow:      out.Shadow,
-			Remaining:   res.Remaining,
-			Latency:     time.Since(start),
-			Err:         err,
-			Policy:      l.cfg.policy,
-			DecidedBy:   o.by(),
-			CircuitOpen: o.circuitOpen(),
-			Breaker:     l.cfg.breaker,
-		})
+		l.cfg.observer.Observe(l.event(ctx, key, n, res, out, o, err, start))
 	}
 	return out, err
+}
+
+// event is the Event of a decision on key of cost n begun at start: res as
+// the pipeline made it, out as the caller gets it (shadowed), o who made
+// it, err its error.
+func (l *Limiter) event(ctx context.Context, key string, n int64, res, out Result, o outcome, err error, start time.Time) Event {
+	route, _ := ctx.Value(routeKey{}).(string)
+	return Event{
+		Name:        l.cfg.name,
+		Route:       route,
+		Algorithm:   l.strategy.Name(),
+		Key:         key,
+		N:           n,
+		Allowed:     res.Allowed,
+		Shadow:      out.Shadow,
+		Remaining:   res.Remaining,
+		Latency:     time.Since(start),
+		Err:         err,
+		Policy:      l.cfg.policy,
+		DecidedBy:   o.by(),
+		CircuitOpen: o.circuitOpen(),
+		Breaker:     l.cfg.breaker,
+	}
 }

@@ -49,6 +49,7 @@ type config struct {
 	leaseMaxAge       time.Duration                                             // WithLeases
 	penalty           *algorithm.Penalty
 	overrides         time.Duration // WithOverrides' refresh; 0: none
+	maxDebt           int64         // WithMaxDebt; -1: the limit (reserve.go)
 
 	errs []error
 }
@@ -59,6 +60,7 @@ func defaults(s algorithm.Strategy) config {
 		prefix:  DefaultKeyPrefix,
 		policy:  FailLocal,
 		timeout: DefaultTimeout,
+		maxDebt: -1,
 	}
 }
 

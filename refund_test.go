@@ -214,24 +214,32 @@ func checkRefundMintsNothing(s proptest.Scenario, outs []proptest.Outcome) strin
 			}
 		case "token_bucket":
 			sc := s.Strat
-			per := sc.Per.Microseconds()
-			for i := range cs {
-				if i > 0 && cs[i-1].at == cs[i].at {
-					continue // a closed interval takes every event of its first instant
-				}
-				var net int64
-				for j := i; j < len(cs); j++ {
-					net += cs[j].net
-					if j+1 < len(cs) && cs[j+1].at == cs[j].at {
-						continue // a closed interval takes every event of its last instant
-					}
-					if d := cs[j].at - cs[i].at; net*per > sc.Burst*per+sc.Rate*d {
-						return fmt.Sprintf("key %q: admitted %d net of refunds within %v, above burst %d + rate*d/per", key, net, time.Duration(d)*time.Microsecond, sc.Burst)
-					}
-				}
+			if msg := bucketNetBound(key, cs, sc.Rate, sc.Per.Microseconds(), sc.Burst); msg != "" {
+				return msg
 			}
 		default:
 			return fmt.Sprintf("no refund bound for algorithm %q: state it here and in docs/guarantees.md", s.Strat.Name)
+		}
+	}
+	return ""
+}
+
+// bucketNetBound reports a closed interval of length d between events of
+// cs whose net cost is above burst + rate*d/per (per in µs).
+func bucketNetBound(key string, cs []credited, rate, per, burst int64) string {
+	for i := range cs {
+		if i > 0 && cs[i-1].at == cs[i].at {
+			continue // a closed interval takes every event of its first instant
+		}
+		var net int64
+		for j := i; j < len(cs); j++ {
+			net += cs[j].net
+			if j+1 < len(cs) && cs[j+1].at == cs[j].at {
+				continue // a closed interval takes every event of its last instant
+			}
+			if d := cs[j].at - cs[i].at; net*per > burst*per+rate*d {
+				return fmt.Sprintf("key %q: admitted %d net within %v, above burst %d + rate*d/per", key, net, time.Duration(d)*time.Microsecond, burst)
+			}
 		}
 	}
 	return ""

@@ -108,6 +108,10 @@ func All(members ...Strategy) Strategy {
 		_, ok = m.(Leaser)
 		s.script.Leases = s.script.Leases && ok && m.Script().Leases
 	}
+	s.script.Charges = true
+	for _, m := range members {
+		s.script.Charges = s.script.Charges && Charges(m)
+	}
 	return s
 }
 

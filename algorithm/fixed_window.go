@@ -7,7 +7,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var fixedWindowScript = leasable(builtin(NewScript("fw", scripts.FixedWindow())))
+var fixedWindowScript = chargeable(leasable(builtin(NewScript("fw", scripts.FixedWindow()))))
 
 // FixedWindow returns the naive counter: at most limit units per window, with
 // windows aligned to multiples of window since the Unix epoch.
@@ -68,16 +68,20 @@ func (st *fixedWindowState) FullAt() int64 { return st.end }
 
 func (st *fixedWindowState) Clone() State { c := *st; return &c }
 
+// countIn is the key's count in window idx: 0 unless it last counted there.
+func (st *fixedWindowState) countIn(idx int64) int64 {
+	if st.end != 0 && st.index == idx {
+		return st.count
+	}
+	return 0
+}
+
 func (s *fixedWindow) Decide(state State, now time.Time, n int64) (Decision, error) {
 	st, idx, t, err := s.view(state, now)
 	if err != nil {
 		return Decision{}, err
 	}
-	end := (idx + 1) * s.window
-	var count int64
-	if st.end != 0 && st.index == idx {
-		count = st.count
-	}
+	end, count := (idx+1)*s.window, st.countIn(idx)
 	d := Decision{Limit: s.limit}
 	if n <= s.limit && count+n <= s.limit {
 		st.index, st.count, st.end = idx, count+n, end

@@ -9,7 +9,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var slidingWindowCounterScript = leasable(builtin(NewScript("swc", scripts.SlidingWindowCounter())))
+var slidingWindowCounterScript = chargeable(leasable(builtin(NewScript("swc", scripts.SlidingWindowCounter()))))
 
 // SlidingWindowCounter returns the sliding-window counter: the sliding-window
 // log's rule applied to an estimate, in constant memory.

@@ -9,7 +9,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var slidingWindowLogScript = leasable(builtin(NewScript("sl", scripts.SlidingWindowLog())))
+var slidingWindowLogScript = chargeable(leasable(builtin(NewScript("sl", scripts.SlidingWindowLog()))))
 
 // MaxLogLimit is the largest limit SlidingWindowLog accepts: at a million
 // units a key's log holds up to a million sorted-set members (~100 MB).
@@ -121,13 +121,7 @@ func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision
 	t, newest := s.evict(st, now)
 	d := Decision{Limit: s.limit}
 	if n <= s.limit && n <= MaxLogCost && st.count+n <= s.limit {
-		if k := len(st.log); k > st.head && st.log[k-1].at == t {
-			st.log[k-1].n += n
-		} else {
-			st.log = append(st.log, logEntry{at: t, n: n})
-		}
-		st.count += n
-		st.window = s.window
+		st.record(t, n, s.window)
 		d.Allowed = true
 		d.Remaining = s.limit - st.count
 		d.ResetAfter = duration(s.window)
@@ -155,6 +149,18 @@ func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision
 		k -= e.n
 	}
 	return d, nil
+}
+
+// record adds n units at t, the newest instant of the log, for a strategy
+// of window µs.
+func (st *slidingLogState) record(t, n, window int64) {
+	if k := len(st.log); k > st.head && st.log[k-1].at == t {
+		st.log[k-1].n += n
+	} else {
+		st.log = append(st.log, logEntry{at: t, n: n})
+	}
+	st.count += n
+	st.window = window
 }
 
 // evict drops from st every unit admitted at or before t - window, where t

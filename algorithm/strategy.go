@@ -50,6 +50,7 @@ type Decision struct {
 
 	members *[]Decision   // see Members; a pointer keeps Decision comparable
 	ban     time.Duration // see Ban
+	cut     int64         // see Cut
 }
 
 // Ban is how much longer the key is banned when d is a penalty box's
@@ -172,6 +173,13 @@ type Script struct {
 	// that operation as the strategy's Hold does. Concurrency's does.
 	// Default (NewScript): false.
 	Holds bool
+	// Charges reports that Source honours the calling convention's charge
+	// mode (see package scripts and Charger): sent the debt cap and
+	// "charge" as its last two arguments, it charges n units past the
+	// limit as the strategy's Charge does. The built-in scripts do, and
+	// All's and a penalty box's when their strategies' do. Default
+	// (NewScript): false.
+	Charges bool
 }
 
 // builtin returns s with Peeks and Refunds set, for the built-in scripts.

@@ -8,7 +8,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/scripts"
 )
 
-var tokenBucketScript = leasable(builtin(NewScript("tb", scripts.TokenBucket())))
+var tokenBucketScript = chargeable(leasable(builtin(NewScript("tb", scripts.TokenBucket()))))
 
 // TokenBucket returns a token bucket: rate tokens refill per period per,
 // continuously; the bucket holds at most burst; a request of cost n takes n

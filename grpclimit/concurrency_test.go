@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
@@ -70,14 +67,7 @@ func TestInterceptorHoldsAPermit(t *testing.T) {
 			svc := &holdingService{t: t, inner: make(chan answer, 1)}
 			srv := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary), grpc.StreamInterceptor(ic.Stream))
 			testpb.RegisterTestServiceServer(srv, svc)
-			lis := bufconn.Listen(1 << 20)
-			go func() { _ = srv.Serve(lis) }()
-			t.Cleanup(srv.Stop)
-			conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = conn.Close() })
-			svc.client = testpb.NewTestServiceClient(conn)
+			svc.client = bufClient(t, srv)
 			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-user", "u")
 			free := func(after string) {
 				t.Helper()

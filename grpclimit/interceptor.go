@@ -103,7 +103,8 @@ type Interceptor struct {
 	shadowMetadata bool
 	metadata       bool // send rate-limit metadata: not a shadow limiter, or shadowMetadata
 	policy         ratelimitheader.Policy
-	holds          bool // l is a concurrency limit: Acquire, and hold the permit while the handler runs
+	holds          bool       // l is a concurrency limit: Acquire, and hold the permit while the handler runs
+	settle         SettleFunc // WithSettledCost: Reserve, and settle once the handler returns (settle.go)
 }
 
 // New returns the interceptors that charge every call to the client key
@@ -159,6 +160,9 @@ func New(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (*Interceptor, erro
 		if i.holds = algorithm.Holds(l.Strategy()); i.holds && i.cost != nil {
 			return nil, fmt.Errorf("grpclimit: WithCost with the concurrency limit %s, whose call holds one permit: %w", l.Name(), fleetlimit.ErrInvalidConfig)
 		}
+		if err := i.checkSettle(); err != nil {
+			return nil, err
+		}
 	}
 	return i, nil
 }
@@ -186,24 +190,45 @@ func mustNew(l *fleetlimit.Limiter, key KeyFunc, opts []Option) *Interceptor {
 
 // Unary is a grpc.UnaryServerInterceptor: it decides the call, then runs
 // handler if admitted.
-func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	var permit fleetlimit.Permit
-	defer release(ctx, &permit) // after the handler returns or panics
-	if err := i.admit(ctx, info.FullMethod, req, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) }, &permit); err != nil {
+func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	var h held
+	defer release(ctx, &h.permit) // after the handler returns or panics
+	if err := i.admit(ctx, info.FullMethod, req, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) }, &h); err != nil {
 		return nil, err
 	}
+	if i.settle == nil {
+		return handler(ctx, req)
+	}
+	ts := &trailerStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
+	if ts.ServerTransportStream != nil {
+		ctx = grpc.NewContextWithServerTransportStream(ctx, ts)
+	}
+	defer func() { i.settleCall(ctx, info.FullMethod, h.reservation, ts.trailer, err) }()
 	return handler(ctx, req)
 }
 
 // Stream is a grpc.StreamServerInterceptor: it decides the stream when it
 // opens, then runs handler if admitted.
-func (i *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	var permit fleetlimit.Permit
-	defer release(ss.Context(), &permit) // when the stream's handler returns or panics
-	if err := i.admit(ss.Context(), info.FullMethod, nil, ss.SetHeader, &permit); err != nil {
+func (i *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	var h held
+	defer release(ss.Context(), &h.permit) // when the stream's handler returns or panics
+	if err := i.admit(ss.Context(), info.FullMethod, nil, ss.SetHeader, &h); err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	if i.settle == nil {
+		return handler(srv, ss)
+	}
+	ts := &trailerServerStream{ServerStream: ss}
+	defer func() { i.settleCall(ss.Context(), info.FullMethod, h.reservation, ts.trailer, err) }()
+	return handler(srv, ts)
+}
+
+// held is what a call holds while its handler runs: a concurrency limit's
+// permit, or the reservation WithSettledCost settles afterwards (each the
+// zero value otherwise).
+type held struct {
+	permit      fleetlimit.Permit
+	reservation fleetlimit.Reservation
 }
 
 // release gives back the permit a concurrency limit's call held (the zero
@@ -219,8 +244,10 @@ func release(ctx context.Context, p *fleetlimit.Permit) {
 // admit decides the call of method (req nil for a stream), sets its
 // metadata with setHeader, and returns nil to run the handler or the
 // status error to answer. For a concurrency limit it takes a permit for
-// the call into held, which the caller releases when the handler ends.
-func (i *Interceptor) admit(ctx context.Context, method string, req any, setHeader func(metadata.MD) error, held *fleetlimit.Permit) error {
+// the call into h, which the caller releases when the handler ends; with
+// WithSettledCost it reserves the estimate into h, which the caller
+// settles.
+func (i *Interceptor) admit(ctx context.Context, method string, req any, setHeader func(metadata.MD) error, h *held) error {
 	if i.methods != nil && !i.methods[method] {
 		return nil
 	}
@@ -245,9 +272,12 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, setHead
 	// either: charge the most it accepts, so that the answer is
 	// ResourceExhausted.
 	var res fleetlimit.Result
-	if i.holds {
-		*held, res, err = i.l.Acquire(fleetlimit.ContextWithRoute(ctx, method), key)
-	} else {
+	switch {
+	case i.holds:
+		h.permit, res, err = i.l.Acquire(fleetlimit.ContextWithRoute(ctx, method), key)
+	case i.settle != nil:
+		h.reservation, res, err = i.l.Reserve(fleetlimit.ContextWithRoute(ctx, method), key, min(n, algorithm.MaxInt))
+	default:
 		res, err = i.l.AllowN(fleetlimit.ContextWithRoute(ctx, method), key, min(n, algorithm.MaxInt))
 	}
 	switch {

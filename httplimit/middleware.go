@@ -102,6 +102,9 @@ func NewMiddleware(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (func(htt
 		if m.holds = algorithm.Holds(l.Strategy()); m.holds && m.cost != nil {
 			return nil, fmt.Errorf("httplimit: WithCost with the concurrency limit %s, whose request holds one permit: %w", l.Name(), fleetlimit.ErrInvalidConfig)
 		}
+		if err := m.checkSettle(); err != nil {
+			return nil, err
+		}
 	}
 	return m.wrap, nil
 }
@@ -270,7 +273,8 @@ type middleware struct {
 	headers        bool // send rate-limit headers: not a shadow limiter, or shadowHeaders
 	deny           DenialWriter
 	policy         ratelimitheader.Policy
-	holds          bool // l is a concurrency limit: Acquire, and hold the permit while the handler runs
+	holds          bool       // l is a concurrency limit: Acquire, and hold the permit while the handler runs
+	settle         SettleFunc // WithSettledCost: Reserve, and settle once the handler returns (settle.go)
 }
 
 func (m *middleware) wrap(next http.Handler) http.Handler {
@@ -306,11 +310,16 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	// either: charge the most it accepts, so that the answer is a 413, not
 	// a 500.
 	var res fleetlimit.Result
-	if m.holds {
+	switch {
+	case m.holds:
 		var permit fleetlimit.Permit
 		permit, res, err = m.l.Acquire(fleetlimit.ContextWithRoute(r.Context(), route), key)
 		defer m.release(permit, r) // after the handler returns or panics
-	} else {
+	case m.settle != nil:
+		var rv fleetlimit.Reservation
+		rv, res, err = m.l.Reserve(fleetlimit.ContextWithRoute(r.Context(), route), key, min(n, algorithm.MaxInt))
+		next = m.settled(next, rv, err == nil)
+	default:
 		res, err = m.l.AllowN(fleetlimit.ContextWithRoute(r.Context(), route), key, min(n, algorithm.MaxInt))
 	}
 	switch {

@@ -19,7 +19,9 @@
 --              after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want (below);
 --              "acquire", "release" or "renew" after ARGV[#ARGV-1] = a
 --              permit's identity, for a composite with a member that holds
---              permits (holds[m], set by algorithm.All): see below
+--              permits (holds[m], set by algorithm.All): see below;
+--              "charge" after ARGV[#ARGV-1] = the debt cap: every member
+--              is charged n past its limit (below)
 -- Returns, for each member in order, {allowed, remaining, retry_after_us,
 -- reset_after_us}; algorithm.All combines them into the decision. A lease
 -- returns {granted, now} followed by those four for each member.
@@ -43,6 +45,7 @@ local n = ARGV[2]
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
 local lease = ARGV[#ARGV] == 'lease'
+local charge = ARGV[#ARGV] == 'charge'
 
 local args, probes = {}, {}
 local i = 3
@@ -72,6 +75,26 @@ local function flat(head, replies)
     for j = 1, 4 do head[#head + 1] = replies[m][j] end
   end
   return head
+end
+
+if charge then
+  -- A charge (algorithm.All's Charge): every member is charged n by its
+  -- own charge mode, each capped by its own debt cap (ARGV[#ARGV-1];
+  -- negative: each member's own limit). Every member first peeks, which
+  -- writes nothing, so that a member whose key holds something else
+  -- (WRONGTYPE) fails the charge before any member is charged: all or
+  -- none. Each member's reply has the units its cap cut off third.
+  for m = 1, #member do
+    local r = call(m, n, 'peek')
+    if r.err then return r end
+  end
+  local replies = {}
+  for m = 1, #member do
+    local r = call(m, n, ARGV[#ARGV - 1], 'charge')
+    if r.err then return r end
+    replies[m] = r
+  end
+  return flat({}, replies)
 end
 
 if refund then

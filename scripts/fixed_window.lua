@@ -11,6 +11,8 @@
 --              lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want:
 --              refund back units if the lease taken at back_at was taken in
 --              this window, then take a lease (below and algorithm.Leaser)
+--              "charge" after ARGV[#ARGV-1] = the debt cap: record n past
+--              the limit, up to the cap (below and algorithm.Charger)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
 -- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
@@ -72,6 +74,27 @@ if refund then
   local reset = 0
   if count > 0 then reset = window_end - now end
   return {1, math.max(0, limit - count), 0, reset}
+end
+
+if charge then
+  -- Charge (algorithm.Charger): n more units in this window whatever the
+  -- limit, as many as keep its count within limit + max_debt
+  -- (ARGV[#ARGV-1], negative: the limit), at most 2^53; the reply's third
+  -- integer is the units cut off. A debt left when the window turns is
+  -- forgiven, as every count is.
+  local max_debt = tonumber(ARGV[#ARGV - 1])
+  if max_debt < 0 then max_debt = limit end
+  local ceiling = limit + max_debt
+  if ceiling > 9007199254740992 then ceiling = 9007199254740992 end
+  local k = math.min(n, math.max(0, ceiling - count))
+  if k > 0 then
+    count = count + k
+    redis.call('SET', key, string.format('%d:%d', idx, count),
+      'PX', math.ceil((window_end - now) / 1000))
+  end
+  local reset = 0
+  if count > 0 then reset = window_end - now end
+  return {1, math.max(0, limit - count), n - k, reset}
 end
 
 local granted = n

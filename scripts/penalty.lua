@@ -16,7 +16,9 @@
 -- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
 --              refund: the inner strategy gives back n, the ban is as it
 --              was; "lease" on a lease, after ARGV[#ARGV-3..#ARGV-1] =
---              back_at, back, want (below)
+--              back_at, back, want (below); "charge" after
+--              ARGV[#ARGV-1] = the debt cap: the inner strategy is charged
+--              n past its limit, the ban is as it was
 -- Returns {mode, wait_us, 0, 0} followed by the inner script's reply;
 -- algorithm.Penalize reads them (mode 0: the inner decision stands; 1: this
 -- denial starts a ban of wait_us; 2: banned for wait_us more, the inner
@@ -52,6 +54,7 @@ local t = tonumber(now)
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
 local lease = ARGV[#ARGV] == 'lease'
+local charge = ARGV[#ARGV] == 'charge'
 local after = tonumber(ARGV[3])
 local within = tonumber(ARGV[4])
 local ban = tonumber(ARGV[5])
@@ -68,6 +71,7 @@ local function args(cost, ...)
   local a = {now, cost}
   local last = #ARGV
   if peek or refund then last = last - 1 elseif lease then last = last - 4 end
+  if charge then last = last - 2 end
   for i = 8, last do a[#a + 1] = ARGV[i] end
   for _, x in ipairs({...}) do a[#a + 1] = x end
   return a
@@ -110,6 +114,15 @@ end
 
 if refund then
   local r = inner(ikeys, args(ARGV[2], 'refund'))
+  if r.err then return r end
+  return reply({0, 0, 0, 0}, r)
+end
+
+if charge then
+  -- A charge (algorithm.Penalize's Charge): the inner strategy is charged
+  -- n past its limit, up to the debt cap ARGV[#ARGV-1]; the ban is as it
+  -- was (a charge is no denial, and lifts no ban).
+  local r = inner(ikeys, args(ARGV[2], ARGV[#ARGV - 1], 'charge'))
   if r.err then return r end
   return reply({0, 0, 0, 0}, r)
 end

@@ -8,6 +8,9 @@ local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
 local lease = ARGV[#ARGV] == 'lease'
+-- "charge" (fleetlimit.Reservation.Settle): charge n past the limit, up to
+-- the debt cap ARGV[#ARGV-1] (units past the limit; negative: the limit).
+local charge = ARGV[#ARGV] == 'charge'
 local n = tonumber(ARGV[2])
 local now = tonumber(ARGV[1])
 if now == nil then

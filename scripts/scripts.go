@@ -47,6 +47,16 @@
 // four integers below. A script that does says so with
 // algorithm.Script.Holds; concurrency.lua does.
 //
+// or "charge", appended only for a charge past the limit
+// (fleetlimit.Reservation.Settle, for a cost above its estimate), after one
+// more argument: the debt cap, in units past the limit (negative: the
+// strategy's own limit). The script records n units whatever the limit, as
+// many as the cap allows, as the strategy's Charge does (algorithm.Charger),
+// and returns {1, remaining, cut, reset_after_us}: the third integer is the
+// units the cap cut off (a charge never waits). A composite returns those
+// four per member, a penalty box four of its own first. A script that
+// charges says so with algorithm.Script.Charges; the built-ins do.
+//
 // and returns {allowed (1 or 0), remaining, retry_after_us, reset_after_us}.
 // A composite (algorithm.All, all.lua) takes one key per member and returns
 // those four for each member in turn; a penalty box (penalty.lua) returns

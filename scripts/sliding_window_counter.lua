@@ -13,6 +13,8 @@
 --              on a lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back,
 --              want: take back off the count of the window back_at is in
 --              (below), then take a lease (below and algorithm.Leaser)
+--              "charge" after ARGV[#ARGV-1] = the debt cap: record n past
+--              the limit, up to the cap (below and algorithm.Charger)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
 -- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
@@ -116,6 +118,24 @@ local function keep()
     'PX', math.ceil(ttl / 1000))
 end
 
+-- A charge (algorithm.Charger) adds n to the current window's count
+-- whatever the limit, as much as keeps it within limit + max_debt
+-- (ARGV[#ARGV-1], negative: the limit), at most 2^53; the reply (below)
+-- has the units cut off as its third integer.
+local cut = 0
+if charge then
+  local max_debt = tonumber(ARGV[#ARGV - 1])
+  if max_debt < 0 then max_debt = limit end
+  local ceiling = limit + max_debt
+  if ceiling > MAX then ceiling = MAX end
+  local k = math.min(n, math.max(0, ceiling - cur))
+  cut = n - k
+  if k > 0 then
+    cur = cur + k
+    keep()
+  end
+end
+
 if refund and v then
   -- Refund: n comes off the current window's count first, then what is
   -- left of it off the previous window's, which still weighs; a count two
@@ -167,6 +187,7 @@ end
 local remaining = 0
 if room > weighted then remaining = room - weighted end
 if refund then return {1, remaining, 0, reset} end
+if charge then return {1, remaining, cut, reset} end
 
 -- The lowered counts are written once: by the admission's SET below, or
 -- by keep when nothing is admitted.

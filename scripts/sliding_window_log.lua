@@ -12,6 +12,8 @@
 --              remove up to back live units admitted at back_at (the
 --              earlier lease's, and no others), then take a lease (below
 --              and algorithm.Leaser)
+--              "charge" after ARGV[#ARGV-1] = the debt cap: record n past
+--              the limit, up to the cap (below and algorithm.Charger)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
 -- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
@@ -162,9 +164,28 @@ if lease then
   n = granted
 end
 
+-- A charge (algorithm.Charger) adds n units at now whatever the limit, as
+-- many as keep the live units within limit + max_debt (ARGV[#ARGV-1],
+-- negative: the limit), and at most max_cost; the reply's third integer is
+-- the units cut off. Nothing to add: the expired units go, and the key's
+-- standing is the reply.
+local cut = 0
+if charge then
+  local max_debt = tonumber(ARGV[#ARGV - 1])
+  if max_debt < 0 then max_debt = limit end
+  local k = math.min(n, max_cost, math.max(0, limit + max_debt - count))
+  cut, n = n - k, k
+  if k == 0 then
+    evict()
+    local reset = 0
+    if count > 0 then reset = newest_at + window - now end
+    return {1, math.max(0, limit - count), cut, reset}
+  end
+end
+
 -- n <= limit - count, not count + n <= limit: the sum of two doubles can
 -- round (at a limit near 2^53), the difference cannot.
-if n <= limit - count and n <= max_cost then
+if charge or (n <= limit - count and n <= max_cost) then
   if peek then return {1, limit - count - n, 0, window} end
   -- Members are "<now mod 2*window>:<seq>". Two live members are less than
   -- one window apart, so different admission times never share a residue,
@@ -195,6 +216,7 @@ if n <= limit - count and n <= max_cost then
   if lease then unlease() end
   redis.call('PEXPIRE', key, math.ceil(window / 1000))
   if lease then return {granted, limit - count - n, 0, window, now} end
+  if charge then return {1, math.max(0, limit - count - n), cut, window} end
   return {1, limit - count - n, 0, window}
 end
 

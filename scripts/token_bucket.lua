@@ -11,6 +11,8 @@
 --              ARGV[#ARGV-3..#ARGV-1] = back_at, back, want: put back
 --              tokens back as a refund does, then take a lease (below and
 --              algorithm.Leaser)
+--              "charge" after ARGV[#ARGV-1] = the debt cap: record n past
+--              the limit, up to the cap (below and algorithm.Charger)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
 -- returns {granted, remaining, retry_after_us, reset_after_us, now}.
 --
@@ -40,6 +42,7 @@ local C = burst * P
 local fill = math.ceil(C / R) -- microseconds to fill an empty bucket
 
 local debt = 0
+local vtat, ve = 0, 0 -- the stored instant, for a charge
 local v = redis.call('GET', key)
 if v then
   -- Parse strictly: tonumber alone would take "inf", "0x1A" or " 12 "
@@ -77,6 +80,7 @@ if v then
       tat, e = 0, 0
     end
   end
+  vtat, ve = tat, e
   if tat > now then
     -- A clock behind the last writer sees at most an empty bucket (elapsed
     -- time is clamped at zero), never a debt beyond the capacity.
@@ -91,6 +95,40 @@ end
 
 if refund then
   return {1, math.floor((C - debt) / P), 0, math.ceil(debt / R)}
+end
+
+if charge then
+  -- Charge (algorithm.Charger): n tokens more are owed, past the capacity
+  -- too, down to a level of -max_debt tokens: the units owed are capped at
+  -- C + max_debt*P, and below 2^53 - R so that every debt below is an
+  -- exact integer. The debt is read off the stored instant, unclamped (a
+  -- clock behind sees its lag as debt, and records less). The reply's
+  -- third integer is the tokens the cap cut off.
+  local max_debt = tonumber(ARGV[#ARGV - 1])
+  if max_debt < 0 then max_debt = burst end
+  local ceiling = 9007199254740992 - R
+  if max_debt <= math.floor((ceiling - C) / P) then ceiling = C + max_debt * P end
+  local owed, over = 0, false
+  if vtat > now then
+    if vtat - now > math.ceil(ceiling / R) then
+      over = true
+    else
+      owed = (vtat - now) * R - ve
+    end
+  end
+  local k = 0
+  if not over and owed < ceiling then k = math.min(n, math.floor((ceiling - owed) / P)) end
+  if k > 0 then
+    owed = owed + k * P
+    local d = math.ceil(owed / R)
+    local e = d * R - owed
+    vtat = now + d
+    local value = string.format('%d', vtat)
+    if e > 0 then value = value .. string.format(':%d:%d', e, R) end
+    redis.call('SET', key, value, 'PX', math.ceil(d / 1000))
+  end
+  if over then return {1, 0, n - k, vtat - now} end
+  return {1, math.floor(math.max(0, C - owed) / P), n - k, math.ceil(owed / R)}
 end
 
 local granted = n

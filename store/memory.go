@@ -180,6 +180,7 @@ const (
 	refundMode
 	leaseMode
 	holdMode
+	chargeMode
 )
 
 // rule is a Go rule that apply runs on a key's state.
@@ -269,7 +270,7 @@ func records(mode mode, d algorithm.Decision, st algorithm.State, now int64) boo
 	switch mode {
 	case decideMode, leaseMode:
 		return d.Allowed || st.FullAt() > now
-	case holdMode:
+	case holdMode, chargeMode:
 		return st.FullAt() > now
 	}
 	return false

@@ -121,3 +121,30 @@ func (r *Rig) Limiter() *fleetlimit.Limiter { return r.lim }
 
 // SetClock sets the rig's clock to at.
 func (r *Rig) SetClock(at time.Time) { r.clock.Set(at) }
+
+// Reserve reserves ev's cost at its time (Limiter.Reserve).
+func (r *Rig) Reserve(ev Event) (fleetlimit.Reservation, fleetlimit.Result, error) {
+	r.clock.Set(ev.At)
+	rv, res, err := r.lim.Reserve(context.Background(), ev.Key, ev.N)
+	if err != nil {
+		return rv, res, fmt.Errorf("reserve %s %q n=%d: %w", ev.At.Format(time.RFC3339Nano), ev.Key, ev.N, err)
+	}
+	return rv, res, nil
+}
+
+// Settle settles rv at at with the real cost actual (Reservation.Settle;
+// actual 0 is Reservation.Cancel, whose Result is the zero Result).
+func (r *Rig) Settle(rv fleetlimit.Reservation, at time.Time, actual int64) (fleetlimit.Result, error) {
+	r.clock.Set(at)
+	var res fleetlimit.Result
+	var err error
+	if actual == 0 {
+		err = rv.Cancel(context.Background())
+	} else {
+		res, err = rv.Settle(context.Background(), actual)
+	}
+	if err != nil {
+		return res, fmt.Errorf("settle %s (estimate %d) at %d: %w", at.Format(time.RFC3339Nano), rv.Estimate(), actual, err)
+	}
+	return res, nil
+}

@@ -1,0 +1,76 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+)
+
+// Charger is implemented by stores that can charge a key past its limit:
+// Memory and Redis. fleetlimit.Reservation.Settle needs it for a cost above
+// its estimate.
+type Charger interface {
+	// Charge records req.N units on req.Key's state at req.Now (the
+	// store's clock when zero) by req.Strategy's charge rule
+	// (algorithm.Charger), whatever the limit, up to maxDebt units past it
+	// (negative: the strategy's own Limit), atomically as Decide is, and
+	// returns the key's standing after it, with the units the cap cut off
+	// (Decision.Cut). A strategy that cannot be charged (not an
+	// algorithm.Charger, or its Script does not set Charges) gets an error
+	// wrapping ErrRejected and errors.ErrUnsupported. Errors are otherwise
+	// classed as Decide's are.
+	Charge(ctx context.Context, req Request, maxDebt int64) (algorithm.Decision, error)
+}
+
+var (
+	_ Charger = (*Memory)(nil)
+	_ Charger = (*Redis)(nil)
+)
+
+// Charge runs the strategy's Go charge rule under the key's shard lock. A
+// key it does not hold starts fresh, and is kept once the charge recorded
+// something.
+func (m *Memory) Charge(_ context.Context, req Request, maxDebt int64) (algorithm.Decision, error) {
+	if m.closed.Load() {
+		return algorithm.Decision{}, ErrClosed
+	}
+	c, ok := req.Strategy.(algorithm.Charger)
+	if !ok {
+		return algorithm.Decision{}, cannotCharge(req.Strategy)
+	}
+	return m.run(req, chargeMode, func(st algorithm.State, now time.Time, n int64) (algorithm.Decision, error) {
+		return c.Charge(st, now, n, maxDebt)
+	})
+}
+
+// Charge runs the strategy's script in its charge mode: one EVALSHA, as
+// Decide, pipelined as decisions are. The reply is read by
+// algorithm.ChargeReply.
+func (r *Redis) Charge(ctx context.Context, req Request, maxDebt int64) (algorithm.Decision, error) {
+	if r.closed.Load() {
+		return algorithm.Decision{}, ErrClosed
+	}
+	if !algorithm.Charges(req.Strategy) {
+		return algorithm.Decision{}, cannotCharge(req.Strategy)
+	}
+	reply, err := r.eval(ctx, req, req.Strategy.Script(), []any{maxDebt, "charge"})
+	if err != nil {
+		return algorithm.Decision{}, err
+	}
+	ints, err := replyInts(reply)
+	if err != nil {
+		return algorithm.Decision{}, err
+	}
+	d, err := algorithm.ChargeReply(req.Strategy, ints)
+	if err != nil {
+		return algorithm.Decision{}, fmt.Errorf("%w: %w", ErrBadReply, err)
+	}
+	return d, nil
+}
+
+func cannotCharge(s algorithm.Strategy) error {
+	return fmt.Errorf("store: strategy %s cannot be charged past its limit: %w: %w", s.Name(), ErrRejected, errors.ErrUnsupported)
+}
