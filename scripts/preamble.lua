@@ -8,6 +8,7 @@ local key = KEYS[1]
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
 local lease = ARGV[#ARGV] == 'lease'
+local atmost = ARGV[#ARGV] == 'atmost'
 local n = tonumber(ARGV[2])
 local now = tonumber(ARGV[1])
 if now == nil then

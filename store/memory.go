@@ -165,6 +165,7 @@ const (
 	refundMode
 	leaseMode
 	holdMode
+	atMostMode
 )
 
 // decide is Decide, Peek or Refund, by mode.
@@ -254,6 +255,8 @@ func records(mode mode, d algorithm.Decision, st algorithm.State, now time.Time)
 		return d.Allowed || st.FullAt() > now.UnixMicro()
 	case holdMode:
 		return st.FullAt() > now.UnixMicro()
+	case atMostMode:
+		return d.Allowed || st.FullAt() > now.UnixMicro()
 	}
 	return false
 }
