@@ -15,6 +15,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -309,4 +310,76 @@ func ExampleLimiter_AllowAtMost() {
 	// ran 25, 45 queued
 	// ran 25, 20 queued
 	// ran 20, 0 queued
+}
+
+// TestAllowAtMostStoreDown: with the store down, each failure policy
+// decides a partial grant as its doc says, with an error wrapping
+// ErrStoreUnavailable: FailOpen grants all of n, FailClosed nothing, and
+// FailLocal grants from the in-process fallback by the same rule (a
+// sliding log of 5: 3 of 3, then 2 of 3, then nothing).
+func TestAllowAtMostStoreDown(t *testing.T) {
+	ctx := context.Background()
+	s := algorithm.SlidingWindowLog(5, time.Minute)
+	for _, tc := range []struct {
+		policy fleetlimit.FailurePolicy
+		want   []int64
+	}{
+		{fleetlimit.FailOpen, []int64{3, 3, 3}},
+		{fleetlimit.FailClosed, []int64{0, 0, 0}},
+		{fleetlimit.FailLocal, []int64{3, 2, 0}},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			opts := []fleetlimit.Option{fleetlimit.WithFailurePolicy(tc.policy), fleetlimit.WithoutBreaker(), fleetlimit.WithTimeout(time.Second)}
+			if tc.policy == fleetlimit.FailLocal {
+				local := store.NewMemory()
+				t.Cleanup(func() { _ = local.Close() })
+				opts = append(opts, fleetlimit.WithFallback(local, 1))
+			}
+			lim, err := fleetlimit.New(s, stores.Down(t), opts...)
+			require.NoError(t, err)
+			for i, want := range tc.want {
+				g, res, err := lim.AllowAtMost(ctx, "k", 3)
+				require.ErrorIs(t, err, fleetlimit.ErrStoreUnavailable)
+				require.Equal(t, want, g, "call %d", i)
+				require.Equal(t, want > 0, res.Allowed, "call %d", i)
+			}
+		})
+	}
+}
+
+// TestAllowAtMostShadowAndTiers: in shadow mode a grant below n is raised
+// to n and marked Shadow, though the store granted (and recorded) less;
+// with tiers the most a request may ask is the key's tier's.
+func TestAllowAtMostShadowAndTiers(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	t.Cleanup(func() { _ = mem.Close() })
+	shadow, err := fleetlimit.New(algorithm.FixedWindow(4, time.Minute), mem, fleetlimit.WithShadow(), fleetlimit.WithName("shadow"))
+	require.NoError(t, err)
+	g, res, err := shadow.AllowAtMost(ctx, "k", 3)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), g)
+	require.False(t, res.Shadow)
+	// 1 is left: the store grants 1, shadow mode lets all 3 through.
+	g, res, err = shadow.AllowAtMost(ctx, "k", 3)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), g)
+	require.True(t, res.Shadow)
+	require.Zero(t, res.Remaining)
+
+	premium := algorithm.FixedWindow(100, time.Minute)
+	tiered, err := fleetlimit.New(algorithm.FixedWindow(10, time.Minute), mem, fleetlimit.WithName("tiered"),
+		fleetlimit.WithStrategyFor(func(_ context.Context, key string) (algorithm.Strategy, error) {
+			if key == "premium" {
+				return premium, nil
+			}
+			return nil, nil
+		}))
+	require.NoError(t, err)
+	g, _, err = tiered.AllowAtMost(ctx, "premium", 50)
+	require.NoError(t, err)
+	require.Equal(t, int64(50), g)
+	g, _, err = tiered.AllowAtMost(ctx, "basic", 50)
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidCost)
+	require.Zero(t, g)
 }
