@@ -67,6 +67,7 @@ func (l *Limiter) degraded(ctx context.Context, c *call, err error, circuitOpen 
 		req.Strategy = fb.ruleFor(req.Strategy, l.cfg.tiers != nil)
 		d, ferr := fb.store.Decide(ctx, req)
 		if ferr == nil {
+			c.d = d // for AllowAtMost, which reads the units granted
 			return resultOf(req.Strategy, d), decidedBy(DecidedByFallback, circuitOpen), err
 		}
 		err = fmt.Errorf("%w (and the fallback failed: %w)", err, ferr)

@@ -1,6 +1,7 @@
 package fleetlimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,6 +68,7 @@ type Limiter struct {
 	allow, peek, refund mode
 	holds               holdModes    // Acquire's, Release's and Renew's (permit.go)
 	reserves            reserveModes // Reserve's and its Settle's (reserve.go)
+	atMost              mode         // AllowAtMost's (atmost.go)
 	cfg                 config
 	waits               *waitQueues // WaitN's queues
 }
@@ -84,8 +86,10 @@ type mode struct {
 	// policy does.
 	fallback *fallback
 	// leases are spent from and taken (AllowN); looks are only looked at
-	// (Peek: answered from a lease that holds the cost, nothing spent).
-	leases, looks *lease.Table
+	// (Peek: answered from a lease that holds the cost, nothing spent);
+	// spends are spent from when they hold the whole cost, and never taken
+	// (AllowAtMost).
+	leases, looks, spends *lease.Table
 	// denials answers repeats of remembered denials and learns new ones;
 	// bans says whether a penalty box's bans are learnt (not for a peek,
 	// whose ban is one it would start).
@@ -94,6 +98,9 @@ type mode struct {
 	// local: the mode has leases, looks or denials, so the local stage
 	// runs.
 	local bool
+	// grants: a partial grant (AllowAtMost), whose cost start checks
+	// against the key's rule (checkGrant).
+	grants bool
 }
 
 // New returns a Limiter applying s through st. It returns an error wrapping
@@ -133,6 +140,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	}
 	l.buildModes()
 	l.buildReserveModes()
+	l.buildAtMostMode()
 	if err := l.buildHoldModes(); err != nil {
 		return nil, err
 	}
@@ -366,6 +374,11 @@ func (l *Limiter) start(ctx context.Context, c *call, key string, n int64) (outc
 			return outcomeInvalid, err
 		}
 	}
+	if c.m.grants {
+		if err := checkGrant(c.req); err != nil {
+			return outcomeInvalid, err
+		}
+	}
 	return 0, nil
 }
 
@@ -414,8 +427,8 @@ func (l *Limiter) local(ctx context.Context, c *call) (res Result, o outcome, ok
 		if res, o, ok, err := l.fromLease(ctx, c, ls); ok {
 			return res, o, true, err
 		}
-	} else if ls := m.looks; ls != nil {
-		if d, served := ls.Spend(req.Key, req.Strategy, req.N, req.Now, true); served {
+	} else if ls := cmp.Or(m.looks, m.spends); ls != nil {
+		if d, served := ls.Spend(req.Key, req.Strategy, req.N, req.Now, m.looks != nil); served {
 			return resultOf(req.Strategy, d), outcome(DecidedByLease), true, nil
 		}
 	}

@@ -102,6 +102,7 @@ func All(members ...Strategy) Strategy {
 	s.script.Peeks = true
 	s.script.Refunds, s.script.Leases = true, true
 	s.script.Holds = s.holder >= 0
+	s.script.AtMost = grantsAll(members)
 	for _, m := range members {
 		_, ok := m.(Refunder)
 		s.script.Refunds = s.script.Refunds && ok && m.Script().Refunds

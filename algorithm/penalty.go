@@ -101,13 +101,13 @@ var penaltyScripts sync.Map // penaltyScriptKey → *Script
 type penaltyScriptKey struct {
 	sha1            string
 	refunds, leases bool
-	charges         bool
+	charges, atmost bool
 }
 
 // penaltyScript is the penalty box's script around inner; it leases when
 // inner does and the inner strategy is a Leaser.
 func penaltyScript(inner *Script, leaser bool) *Script {
-	key := penaltyScriptKey{inner.SHA1, inner.Refunds, inner.Leases && leaser, inner.Charges}
+	key := penaltyScriptKey{sha1: inner.SHA1, refunds: inner.Refunds, leases: inner.Leases && leaser, charges: inner.Charges, atmost: inner.AtMost}
 	if v, ok := penaltyScripts.Load(key); ok {
 		return v.(*Script)
 	}
@@ -120,7 +120,7 @@ func penaltyScript(inner *Script, leaser bool) *Script {
 	s := NewScript("pen("+inner.Tag+")", src)
 	s.Keys = append(append([]string(nil), keys...), "ban")
 	s.Peeks, s.Refunds, s.Leases = true, key.refunds, key.leases
-	s.Charges = key.charges
+	s.Charges, s.AtMost = key.charges, key.atmost
 	v, _ := penaltyScripts.LoadOrStore(key, s)
 	return v.(*Script)
 }

@@ -47,6 +47,11 @@ type Decision struct {
 	// ResetAfter is how long until the key is back at full capacity with no
 	// further traffic; 0 when it already is. Redis keys expire after it.
 	ResetAfter time.Duration
+	// Granted is the cost a partial grant admitted (Granter.AtMost): from 0
+	// to the request's n, with Allowed exactly when it is above 0, and the
+	// other figures those of a request of that cost (of 1, when 0). Every
+	// other decision leaves it 0: an admission there is of the whole cost.
+	Granted int64
 
 	members *[]Decision   // see Members; a pointer keeps Decision comparable
 	ban     time.Duration // see Ban
@@ -180,6 +185,13 @@ type Script struct {
 	// All's and a penalty box's when their strategies' do. Default
 	// (NewScript): false.
 	Charges bool
+	// AtMost reports that Source honours the calling convention's atmost
+	// mode (see package scripts and Granter): sent "atmost" as its last
+	// argument, it admits as much of n as fits now, as the strategy's
+	// AtMost does. The token bucket's, the fixed window's, the sliding
+	// log's and the sliding-window counter's do, and so do All's and
+	// Penalize's around them. Default (NewScript): false.
+	AtMost bool
 }
 
 // builtin returns s with Peeks and Refunds set, for the built-in scripts.

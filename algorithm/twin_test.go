@@ -28,11 +28,7 @@ import (
 // made in the other fails here.
 func TestPropertyTwinAgreement(t *testing.T) {
 	mem := proptest.Memory(t)
-	names := []string{"miniredis", "redis"}
-	if redistest.HaveValkey(t) {
-		names = append(names, "valkey")
-	}
-	bs := proptest.Backends(t, names...)
+	bs := luaBackends(t)
 	for _, e := range proptest.RegistryEntries(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			for _, b := range bs {
@@ -43,6 +39,17 @@ func TestPropertyTwinAgreement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// luaBackends are the stores the twin tests run the Lua scripts on:
+// miniredis, the real redis-server and, when the environment names one,
+// valkey-server.
+func luaBackends(t *testing.T) []proptest.Backend {
+	names := []string{"miniredis", "redis"}
+	if redistest.HaveValkey(t) {
+		names = append(names, "valkey")
+	}
+	return proptest.Backends(t, names...)
 }
 
 // checkTwins runs s on the Go rule (mem) and on the Lua script (b), peeking

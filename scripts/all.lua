@@ -19,12 +19,15 @@
 --              after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want (below);
 --              "acquire", "release" or "renew" after ARGV[#ARGV-1] = a
 --              permit's identity, for a composite with a member that holds
---              permits (holds[m], set by algorithm.All): see below;
+--              permits (holds[m], set by algorithm.All): see below; "atmost"
+--              on a partial grant: the most of n every member can take
+--              (below)
 --              "charge" after ARGV[#ARGV-1] = the debt cap: every member
 --              is charged n past its limit (below)
 -- Returns, for each member in order, {allowed, remaining, retry_after_us,
 -- reset_after_us}; algorithm.All combines them into the decision. A lease
--- returns {granted, now} followed by those four for each member.
+-- or a partial grant returns {granted, now} followed by those four for each
+-- member.
 --
 -- Every member first decides with its peek flag, which writes nothing. Only
 -- when every member admits does each decide again for real, and charge: a
@@ -46,6 +49,7 @@ local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
 local lease = ARGV[#ARGV] == 'lease'
 local charge = ARGV[#ARGV] == 'charge'
+local atmost = ARGV[#ARGV] == 'atmost'
 
 local args, probes = {}, {}
 local i = 3
@@ -171,6 +175,26 @@ if lease then
   if err then return err end
   local granted = 0
   if admit then granted = cost end
+  return flat({granted, tonumber(now)}, replies)
+end
+
+if atmost then
+  -- A partial grant (algorithm.All's AtMost): the most of n that every
+  -- member can take is the fewest units any member has left, read from its
+  -- figures as they are (its peek at the probe, which writes nothing).
+  -- They are decided as one request, all or none, so that every member is
+  -- charged exactly the granted units; with none left somewhere, a request
+  -- of 1 is (and denied, no member charged).
+  local cost = tonumber(n)
+  for m = 1, #member do
+    local r = call(m, probes[m], 'peek')
+    if r.err then return r end
+    if r[2] < cost then cost = r[2] end
+  end
+  local granted = cost
+  local replies, admit, err = decide(math.max(cost, 1))
+  if err then return err end
+  if not admit then granted = 0 end
   return flat({granted, tonumber(now)}, replies)
 end
 

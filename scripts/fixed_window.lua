@@ -10,11 +10,14 @@
 --              refund: lower this window's count by n (below); "lease" on a
 --              lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want:
 --              refund back units if the lease taken at back_at was taken in
---              this window, then take a lease (below and algorithm.Leaser)
+--              this window, then take a lease (below and algorithm.Leaser);
+--              "atmost" on a partial grant: count the most of n that the
+--              window has left (below)
 --              "charge" after ARGV[#ARGV-1] = the debt cap: record n past
 --              the limit, up to the cap (below and algorithm.Charger)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
--- returns {granted, remaining, retry_after_us, reset_after_us, now}.
+-- or a partial grant returns {granted, remaining, retry_after_us,
+-- reset_after_us, now}.
 --
 -- Windows are [i*window, (i+1)*window) since the Unix epoch. The window index
 -- lives in the value rather than in the key's expiry, so a counter is never
@@ -26,7 +29,7 @@
 -- anything is written. A denial writes nothing and is still answered. Keep
 -- any new write after a command Redis refuses when full (see
 -- sliding_window_log.lua).
--- (key, peek, refund, lease, n and now: see preamble.lua)
+-- (key, peek, refund, lease, atmost, n and now: see preamble.lua)
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
 local idx = math.floor(now / window)
@@ -110,6 +113,13 @@ if lease then
   n = granted
 end
 
+if atmost then
+  -- A partial grant (algorithm.Granter): the most of n the window has
+  -- left, decided as a request of that cost; none, as a request of 1.
+  granted = math.min(n, math.max(0, limit - count))
+  n = math.max(granted, 1)
+end
+
 -- n <= limit - count, not count + n <= limit: at a limit of 2^53 the sum
 -- can be 2^53 + 1, which a double rounds down to 2^53.
 if n <= limit - count then
@@ -117,7 +127,7 @@ if n <= limit - count then
     redis.call('SET', key, string.format('%d:%d', idx, count + n),
       'PX', math.ceil((window_end - now) / 1000))
   end
-  if lease then return {granted, limit - count - n, 0, window_end - now, now} end
+  if lease or atmost then return {granted, limit - count - n, 0, window_end - now, now} end
   return {1, limit - count - n, 0, window_end - now}
 end
 
@@ -131,5 +141,5 @@ if n > limit then
 end
 -- Remaining is never negative, even when a limiter with a larger limit
 -- shares this key.
-if lease then return {0, math.max(0, limit - count), retry, reset, now} end
+if lease or atmost then return {0, math.max(0, limit - count), retry, reset, now} end
 return {0, math.max(0, limit - count), retry, reset}

@@ -16,6 +16,8 @@
 -- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
 --              refund: the inner strategy gives back n, the ban is as it
 --              was; "lease" on a lease, after ARGV[#ARGV-3..#ARGV-1] =
+--              back_at, back, want (below); "atmost" on a partial grant
+--              (below)
 --              back_at, back, want (below); "charge" after
 --              ARGV[#ARGV-1] = the debt cap: the inner strategy is charged
 --              n past its limit, the ban is as it was
@@ -24,8 +26,8 @@
 -- denial starts a ban of wait_us; 2: banned for wait_us more, the inner
 -- reply is its peek at n; 3: the same, but the inner strategy would admit n
 -- and the reply is its figures as they are, read with the probe). A lease
--- returns {mode, wait_us, granted, now} followed by the inner decision's
--- four integers (or four per member of a composite).
+-- or a partial grant returns {mode, wait_us, granted, now} followed by the
+-- inner decision's four integers (or four per member of a composite).
 --
 -- A lease (algorithm.Penalize's Lease): the inner strategy is first given
 -- back the earlier lease's units by its own lease mode (want 0), banned or
@@ -55,6 +57,7 @@ local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
 local lease = ARGV[#ARGV] == 'lease'
 local charge = ARGV[#ARGV] == 'charge'
+local atmost = ARGV[#ARGV] == 'atmost'
 local after = tonumber(ARGV[3])
 local within = tonumber(ARGV[4])
 local ban = tonumber(ARGV[5])
@@ -70,7 +73,7 @@ local key = KEYS[#KEYS]
 local function args(cost, ...)
   local a = {now, cost}
   local last = #ARGV
-  if peek or refund then last = last - 1 elseif lease then last = last - 4 end
+  if peek or refund or atmost then last = last - 1 elseif lease then last = last - 4 end
   if charge then last = last - 2 end
   for i = 8, last do a[#a + 1] = ARGV[i] end
   for _, x in ipairs({...}) do a[#a + 1] = x end
@@ -156,9 +159,18 @@ if lease then
   at = t
 end
 
+-- cost is the request's cost, but for a partial grant (algorithm.Penalize's
+-- AtMost): banned, it is decided as a request of 1, as one that grants
+-- nothing is; otherwise the inner strategy's atmost mode decides, and a
+-- grant of 0 is counted toward a ban as a denied decision is.
+local cost = ARGV[2]
+if atmost then
+  cost, at = '1', t
+end
+
 if t < untl then
   -- Banned: nothing passes, nothing is counted or written.
-  local r = inner(ikeys, args(ARGV[2], 'peek'))
+  local r = inner(ikeys, args(cost, 'peek'))
   if r.err then return r end
   if not admits(r) then return reply({2, untl - t, 0, at}, r) end
   r = inner(ikeys, args(probe, 'peek'))
@@ -167,8 +179,12 @@ if t < untl then
 end
 
 local r
-if lease then
-  r = inner(ikeys, args(ARGV[2], back_at, back, want, 'lease'))
+if lease or atmost then
+  if lease then
+    r = inner(ikeys, args(ARGV[2], back_at, back, want, 'lease'))
+  else
+    r = inner(ikeys, args(ARGV[2], 'atmost'))
+  end
   if r.err then return r end
   local granted
   granted, at = leased(r)

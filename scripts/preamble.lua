@@ -11,6 +11,7 @@ local lease = ARGV[#ARGV] == 'lease'
 -- "charge" (fleetlimit.Reservation.Settle): charge n past the limit, up to
 -- the debt cap ARGV[#ARGV-1] (units past the limit; negative: the limit).
 local charge = ARGV[#ARGV] == 'charge'
+local atmost = ARGV[#ARGV] == 'atmost'
 local n = tonumber(ARGV[2])
 local now = tonumber(ARGV[1])
 if now == nil then

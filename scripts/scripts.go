@@ -57,6 +57,16 @@
 // four per member, a penalty box four of its own first. A script that
 // charges says so with algorithm.Script.Charges; the built-ins do.
 //
+// or "atmost", appended only for a partial grant
+// (fleetlimit.Limiter.AllowAtMost): the script admits the most of n that
+// fits now, g (0 <= g <= n), as the strategy's AtMost does
+// (algorithm.Granter): it decides a request of cost g, or of 1 when g is
+// 0, and returns what a lease returns, with g as granted: {granted,
+// remaining, retry_after_us, reset_after_us, now}; a composite's, {granted,
+// now} and then four integers per member; a penalty box's, {mode, wait_us,
+// granted, now} and then the inner decision's. A script that does says so
+// with algorithm.Script.AtMost.
+//
 // and returns {allowed (1 or 0), remaining, retry_after_us, reset_after_us}.
 // A composite (algorithm.All, all.lua) takes one key per member and returns
 // those four for each member in turn; a penalty box (penalty.lua) returns

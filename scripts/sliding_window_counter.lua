@@ -12,11 +12,14 @@
 --              refund: take n off the counts, newest first (below); "lease"
 --              on a lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back,
 --              want: take back off the count of the window back_at is in
---              (below), then take a lease (below and algorithm.Leaser)
+--              (below), then take a lease (below and algorithm.Leaser);
+--              "atmost" on a partial grant: count the most of n that the
+--              estimate has room for (below)
 --              "charge" after ARGV[#ARGV-1] = the debt cap: record n past
 --              the limit, up to the cap (below and algorithm.Charger)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
--- returns {granted, remaining, retry_after_us, reset_after_us, now}.
+-- or a partial grant returns {granted, remaining, retry_after_us,
+-- reset_after_us, now}.
 --
 -- Windows are [i*window, (i+1)*window) since the Unix epoch. e microseconds
 -- into window i the estimate of the units admitted in [now - window, now) is
@@ -76,7 +79,7 @@ local function field(s)
   return tonumber(s)
 end
 
--- (key, peek, refund, lease, n and now: see preamble.lua)
+-- (key, peek, refund, lease, atmost, n and now: see preamble.lua)
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
 local e = math.fmod(now, window)
@@ -206,6 +209,13 @@ if lease then
   n = granted
 end
 
+if atmost then
+  -- A partial grant (algorithm.Granter): the most of n the estimate has
+  -- room for, decided as a request of that cost; none, as a request of 1.
+  granted = math.min(n, remaining)
+  n = math.max(granted, 1)
+end
+
 if n <= limit and room >= 0 and n <= room - weighted then
   -- The count weighs until the end of the next window: the key is full again
   -- 2*window - e from now, and expires then.
@@ -213,7 +223,7 @@ if n <= limit and room >= 0 and n <= room - weighted then
     redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur + n),
       'PX', math.ceil((2 * window - e) / 1000))
   end
-  if lease then return {granted, room - weighted - n, 0, 2 * window - e, now} end
+  if lease or atmost then return {granted, room - weighted - n, 0, 2 * window - e, now} end
   return {1, room - weighted - n, 0, 2 * window - e}
 end
 if lowered then keep() end
@@ -234,5 +244,5 @@ else
   -- to the largest x'' with cur*x'' <= (limit - n)*window (x'' < window).
   retry = x + window - muldiv(limit - n, window, cur)
 end
-if lease then return {0, remaining, retry, reset, now} end
+if lease or atmost then return {0, remaining, retry, reset, now} end
 return {0, remaining, retry, reset}

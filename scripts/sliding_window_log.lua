@@ -11,11 +11,13 @@
 --              lease, after ARGV[#ARGV-3..#ARGV-1] = back_at, back, want:
 --              remove up to back live units admitted at back_at (the
 --              earlier lease's, and no others), then take a lease (below
---              and algorithm.Leaser)
+--              and algorithm.Leaser); "atmost" on a partial grant: log
+--              the most of n that the window has left (below)
 --              "charge" after ARGV[#ARGV-1] = the debt cap: record n past
 --              the limit, up to the cap (below and algorithm.Charger)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
--- returns {granted, remaining, retry_after_us, reset_after_us, now}.
+-- or a partial grant returns {granted, remaining, retry_after_us,
+-- reset_after_us, now}.
 --
 -- A unit admitted at t counts against [t, t+window) and is evicted once
 -- now - window >= t. Denied requests are not recorded, so a client hammering
@@ -33,7 +35,7 @@
 -- written, instead of letting the log grow past maxmemory. A denial only
 -- removes expired units, which Redis allows when full, so it is still
 -- answered exactly.
--- (key, peek, refund, lease, n and now: see preamble.lua)
+-- (key, peek, refund, lease, atmost, n and now: see preamble.lua)
 local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
 -- The largest cost admitted in one request or lent in one lease, whatever
@@ -182,6 +184,13 @@ if charge then
     return {1, math.max(0, limit - count), cut, reset}
   end
 end
+if atmost then
+  -- A partial grant (algorithm.Granter): the most of n the window has
+  -- left, at most max_cost, decided as a request of that cost; none, as a
+  -- request of 1, whose denial says when one unit leaves the window.
+  granted = math.min(n, max_cost, math.max(0, limit - count))
+  n = math.max(granted, 1)
+end
 
 -- n <= limit - count, not count + n <= limit: the sum of two doubles can
 -- round (at a limit near 2^53), the difference cannot.
@@ -215,8 +224,8 @@ if charge or (n <= limit - count and n <= max_cost) then
   evict()
   if lease then unlease() end
   redis.call('PEXPIRE', key, math.ceil(window / 1000))
-  if lease then return {granted, limit - count - n, 0, window, now} end
   if charge then return {1, math.max(0, limit - count - n), cut, window} end
+  if lease or atmost then return {granted, limit - count - n, 0, window, now} end
   return {1, limit - count - n, 0, window}
 end
 
@@ -241,5 +250,5 @@ else
 end
 -- Remaining is never negative, even when a limiter with a larger limit
 -- shares this key.
-if lease then return {0, math.max(0, limit - count), retry, reset, now} end
+if lease or atmost then return {0, math.max(0, limit - count), retry, reset, now} end
 return {0, math.max(0, limit - count), retry, reset}

@@ -10,11 +10,13 @@
 --              refund: put n tokens back (below); "lease" on a lease, after
 --              ARGV[#ARGV-3..#ARGV-1] = back_at, back, want: put back
 --              tokens back as a refund does, then take a lease (below and
---              algorithm.Leaser)
+--              algorithm.Leaser); "atmost" on a partial grant: take the
+--              most of n that the bucket holds (below)
 --              "charge" after ARGV[#ARGV-1] = the debt cap: record n past
 --              the limit, up to the cap (below and algorithm.Charger)
 -- Returns {allowed, remaining, retry_after_us, reset_after_us}; a lease
--- returns {granted, remaining, retry_after_us, reset_after_us, now}.
+-- or a partial grant returns {granted, remaining, retry_after_us,
+-- reset_after_us, now}.
 --
 -- Units: one token is P units and the bucket refills R units per microsecond,
 -- where R/P = rate/per reduced by their greatest common divisor, so that
@@ -34,7 +36,7 @@
 -- anything is written. A denial writes nothing and is still answered. Keep
 -- any new write after a command Redis refuses when full (see
 -- sliding_window_log.lua).
--- (key, peek, refund, lease, n and now: see preamble.lua)
+-- (key, peek, refund, lease, atmost, n and now: see preamble.lua)
 local burst = tonumber(ARGV[3])
 local R = tonumber(ARGV[4])
 local P = tonumber(ARGV[5])
@@ -144,6 +146,14 @@ if lease then
   n = granted
 end
 
+if atmost then
+  -- A partial grant (algorithm.Granter): the most of n the bucket holds,
+  -- decided as a request of that cost; none, as a request of 1, whose
+  -- denial says when one token is back.
+  granted = math.min(n, math.floor((C - debt) / P))
+  n = math.max(granted, 1)
+end
+
 if n <= burst and debt + n * P <= C then
   debt = debt + n * P
   local d = math.ceil(debt / R) -- microseconds until full again
@@ -155,7 +165,7 @@ if n <= burst and debt + n * P <= C then
     value = string.format('%d:%d:%d', now + d, e, R)
   end
   if not peek then redis.call('SET', key, value, 'PX', math.ceil(d / 1000)) end
-  if lease then return {granted, math.floor((C - debt) / P), 0, d, now} end
+  if lease or atmost then return {granted, math.floor((C - debt) / P), 0, d, now} end
   return {1, math.floor((C - debt) / P), 0, d}
 end
 
@@ -168,5 +178,5 @@ if n > burst then
 else
   retry = math.ceil((debt + n * P - C) / R)
 end
-if lease then return {0, math.floor((C - debt) / P), retry, reset, now} end
+if lease or atmost then return {0, math.floor((C - debt) / P), retry, reset, now} end
 return {0, math.floor((C - debt) / P), retry, reset}

@@ -57,12 +57,19 @@ func (r *Redis) Lease(ctx context.Context, req Request, terms algorithm.LeaseTer
 	if err != nil {
 		return algorithm.Grant{}, err
 	}
-	if rp, ok := req.Strategy.(algorithm.LeaseReplier); ok {
+	return parseGrant(reply, req.Strategy, req.N)
+}
+
+// parseGrant reads the reply of s's lease mode, or of its atmost mode
+// (which replies as a lease does), for a request of cost n: a one-key
+// script's five integers, or what s reads (algorithm.LeaseReplier).
+func parseGrant(reply any, s algorithm.Strategy, n int64) (algorithm.Grant, error) {
+	if rp, ok := s.(algorithm.LeaseReplier); ok {
 		ints, err := replyInts(reply)
 		if err != nil {
 			return algorithm.Grant{}, err
 		}
-		g, err := rp.LeaseReply(ints, req.N)
+		g, err := rp.LeaseReply(ints, n)
 		if err != nil {
 			return algorithm.Grant{}, fmt.Errorf("%w: %w", ErrBadReply, err)
 		}
@@ -77,7 +84,7 @@ func (r *Redis) Lease(ctx context.Context, req Request, terms algorithm.LeaseTer
 	if !ok1 || !ok2 {
 		return algorithm.Grant{}, fmt.Errorf("%w: %v", ErrBadReply, reply)
 	}
-	d, err := parseReply(append([]any{min(units, 1)}, vals[1:4]...), req.Strategy.Limit())
+	d, err := parseReply(append([]any{min(units, 1)}, vals[1:4]...), s.Limit())
 	if err != nil {
 		return algorithm.Grant{}, err
 	}

@@ -181,6 +181,7 @@ const (
 	leaseMode
 	holdMode
 	chargeMode
+	atMostMode
 )
 
 // rule is a Go rule that apply runs on a key's state.
@@ -268,7 +269,7 @@ func (m *Memory) apply(req *Request, mode mode, rule rule) (algorithm.Decision, 
 // permit.
 func records(mode mode, d algorithm.Decision, st algorithm.State, now int64) bool {
 	switch mode {
-	case decideMode, leaseMode:
+	case decideMode, leaseMode, atMostMode:
 		return d.Allowed || st.FullAt() > now
 	case holdMode, chargeMode:
 		return st.FullAt() > now

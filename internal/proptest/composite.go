@@ -87,3 +87,38 @@ func PenaltyCaseOf(b Backend, r *rand.Rand, es []algorithm.Entry) StratCase {
 	return StratCase{Name: "penalty", S: algorithm.Penalize(inner.S, p),
 		Desc: fmt.Sprintf("Penalize(%s, %+v)", inner.Desc, p), Inner: &inner}
 }
+
+// Kind is a kind of strategy the properties generate: a registry entry's
+// (EntryCase), composites (AllCase) or penalty boxes (PenaltyCase).
+type Kind struct {
+	Name string
+	New  func(Backend, *rand.Rand) StratCase
+}
+
+// Kinds are every registry entry's kind, in the registry's order, then
+// "all" and "penalty".
+func Kinds(t *testing.T) []Kind {
+	t.Helper()
+	var ks []Kind
+	for _, e := range RegistryEntries(t) {
+		ks = append(ks, Kind{e.Name, EntryCases(e)})
+	}
+	return append(ks, Kind{"all", AllCase}, Kind{"penalty", PenaltyCase})
+}
+
+// SameAt decides ev on a and on b (Rig.At) and describes how their Results
+// differ ("" when they do not); i is ev's place in s's timeline.
+func SameAt(a, b *Rig, s Scenario, i int, ev Event) (string, error) {
+	ra, err := a.At(ev)
+	if err != nil {
+		return "", err
+	}
+	rb, err := b.At(ev)
+	if err != nil {
+		return "", err
+	}
+	if !SameResult(ra, rb) {
+		return fmt.Sprintf("request %d (%s at +%v): %+v %+v, but %+v %+v", i, ev, ev.At.Sub(s.Base), ra, ra.Limits(), rb, rb.Limits()), nil
+	}
+	return "", nil
+}

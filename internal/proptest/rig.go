@@ -63,6 +63,16 @@ func (r *Rig) At(ev Event) (fleetlimit.Result, error) {
 	return r.call(ev, "decide", r.lim.AllowN)
 }
 
+// AtMost grants up to ev's cost at its time (Limiter.AllowAtMost).
+func (r *Rig) AtMost(ev Event) (int64, fleetlimit.Result, error) {
+	r.clock.Set(ev.At)
+	g, res, err := r.lim.AllowAtMost(context.Background(), ev.Key, ev.N)
+	if err != nil {
+		return g, res, fmt.Errorf("at most %s %q n=%d: %w", ev.At.Format(time.RFC3339Nano), ev.Key, ev.N, err)
+	}
+	return g, res, nil
+}
+
 // call sets the clock to ev's time and applies op (what it is) to ev.
 func (r *Rig) call(ev Event, what string, op func(context.Context, string, int64) (fleetlimit.Result, error)) (fleetlimit.Result, error) {
 	r.clock.Set(ev.At)

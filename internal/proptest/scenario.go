@@ -21,7 +21,9 @@ type Arrival struct {
 	N      int64
 	Repeat int
 	// Refund makes the arrival a refund of N (Limiter.Refund) in a
-	// scenario with Refunds set; elsewhere it is ignored.
+	// scenario with Refunds set, or a partial grant of up to N
+	// (Limiter.AllowAtMost) in one with AtMosts set; elsewhere it is
+	// ignored.
 	Refund bool
 }
 
@@ -82,6 +84,9 @@ type Scenario struct {
 	Unsorted bool
 	// Refunds makes the arrivals marked Refund refunds (see WithRefunds).
 	Refunds bool
+	// AtMosts makes the arrivals marked Refund partial grants (see
+	// WithAtMosts).
+	AtMosts bool
 }
 
 // Event is one request of a timeline: a decision of cost N, or a refund of
@@ -91,6 +96,9 @@ type Event struct {
 	Key    string
 	N      int64
 	Refund bool
+	// AtMost makes the event a partial grant of up to N
+	// (Limiter.AllowAtMost).
+	AtMost bool
 }
 
 // ScenarioGen generates scenarios of the strategies newStrat builds,
@@ -128,7 +136,7 @@ func (s Scenario) Events() []Event {
 			at = s.Base
 		}
 		for range a.Repeat {
-			evs = append(evs, Event{At: at, Key: Keys[a.Key], N: a.N, Refund: s.Refunds && a.Refund})
+			evs = append(evs, Event{At: at, Key: Keys[a.Key], N: a.N, Refund: s.Refunds && a.Refund, AtMost: s.AtMosts && a.Refund})
 		}
 	}
 	if !s.Unsorted {
@@ -159,6 +167,9 @@ func (ev Event) String() string {
 	if ev.Refund {
 		return fmt.Sprintf("refund %q n=%d", ev.Key, ev.N)
 	}
+	if ev.AtMost {
+		return fmt.Sprintf("at most %q n=%d", ev.Key, ev.N)
+	}
 	return fmt.Sprintf("%q n=%d", ev.Key, ev.N)
 }
 
@@ -166,12 +177,25 @@ func (ev Event) String() string {
 // one arrival in four is a refund of its cost, which may be more than the
 // key was charged.
 func WithRefunds(g gopter.Gen) gopter.Gen {
+	return mapScenarios(g, func(s *Scenario) { s.Refunds = true })
+}
+
+// WithAtMosts makes the scenarios of g timelines of decisions and partial
+// grants: one arrival in four is a Limiter.AllowAtMost of up to its cost,
+// which may be above what the strategy can ever admit at once.
+func WithAtMosts(g gopter.Gen) gopter.Gen {
+	return mapScenarios(g, func(s *Scenario) { s.AtMosts = true })
+}
+
+// mapScenarios is g with f applied to each scenario it generates or
+// shrinks to.
+func mapScenarios(g gopter.Gen, f func(*Scenario)) gopter.Gen {
 	return func(p *gopter.GenParameters) *gopter.GenResult {
 		res := g(p)
 		v, _ := res.Retrieve()
 		set := func(v any) any {
 			s := v.(Scenario)
-			s.Refunds = true
+			f(&s)
 			return s
 		}
 		return gopter.NewGenResult(set(v), func(v any) gopter.Shrink { return res.Shrinker(v).Map(set) })

@@ -1,0 +1,75 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+)
+
+// Granter is implemented by stores that can grant part of a request:
+// Memory and Redis. fleetlimit.Limiter.AllowAtMost needs it.
+type Granter interface {
+	// AtMost applies req.Strategy's partial grant (algorithm.Granter) to
+	// req.Key's state at req.Now (the store's clock when zero), atomically
+	// as Decide is: it admits the most of req.N that fits now, possibly
+	// nothing, and returns the decision with Decision.Granted set. A
+	// strategy that cannot grant part of a request (not an
+	// algorithm.Granter, or its Script does not set AtMost) gets an error
+	// wrapping ErrRejected and errors.ErrUnsupported. Errors are otherwise
+	// classed as Decide's are.
+	AtMost(ctx context.Context, req Request) (algorithm.Decision, error)
+}
+
+var (
+	_ Granter = (*Memory)(nil)
+	_ Granter = (*Redis)(nil)
+)
+
+// AtMost runs the strategy's Go partial grant under the key's shard lock.
+// A key it does not hold and that grants nothing is not kept (unless the
+// strategy keeps something of the denial: a penalty box counts it).
+func (m *Memory) AtMost(_ context.Context, req Request) (algorithm.Decision, error) {
+	if m.closed.Load() {
+		return algorithm.Decision{}, ErrClosed
+	}
+	g, ok := req.Strategy.(algorithm.Granter)
+	if !ok {
+		return algorithm.Decision{}, cannotGrant(req.Strategy)
+	}
+	return m.run(req, atMostMode, func(st algorithm.State, now time.Time, n int64) (algorithm.Decision, error) {
+		return g.AtMost(st, now, n)
+	})
+}
+
+// AtMost runs the strategy's script in its atmost mode: one EVALSHA, as
+// Decide, pipelined as decisions are. The reply is a lease's (see package
+// scripts), read as Lease reads it.
+func (r *Redis) AtMost(ctx context.Context, req Request) (algorithm.Decision, error) {
+	if r.closed.Load() {
+		return algorithm.Decision{}, ErrClosed
+	}
+	if !algorithm.Grants(req.Strategy) {
+		return algorithm.Decision{}, cannotGrant(req.Strategy)
+	}
+	reply, err := r.eval(ctx, req, req.Strategy.Script(), []any{"atmost"})
+	if err != nil {
+		return algorithm.Decision{}, err
+	}
+	// Nothing granted is a denial of a request of 1: read it as one.
+	g, err := parseGrant(reply, req.Strategy, 1)
+	if err != nil {
+		return algorithm.Decision{}, err
+	}
+	if g.Units < 0 || g.Units > req.N || g.Decision.Allowed != (g.Units > 0) {
+		return algorithm.Decision{}, fmt.Errorf("%w: granted %d of %d, allowed %v", ErrBadReply, g.Units, req.N, g.Decision.Allowed)
+	}
+	g.Decision.Granted = g.Units
+	return g.Decision, nil
+}
+
+func cannotGrant(s algorithm.Strategy) error {
+	return fmt.Errorf("store: strategy %s cannot grant part of a request: %w: %w", s.Name(), ErrRejected, errors.ErrUnsupported)
+}
