@@ -129,6 +129,11 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		}
 		l.sweep = &sweeper{l: l, afterFunc: time.AfterFunc}
 		l.leases = lease.New(cfg.leaseSize, cfg.leaseMaxAge, clock, l.sweep.arm)
+		if cfg.leaseAhead {
+			l.leases.Ahead(l.aheadTrip, l.handBackQuietly, cfg.timeout)
+		}
+	} else if cfg.leaseAhead {
+		return nil, fmt.Errorf("%w: WithLeaseAhead needs WithLeases", ErrInvalidConfig)
 	}
 	l.buildModes()
 	if err := l.buildHoldModes(); err != nil {
@@ -459,6 +464,9 @@ func (l *Limiter) remote(ctx context.Context, c *call) error {
 	if c.ci, c.probe, ok = l.cfg.breaker.admit(c.m.op, c.req.Key, l.cfg.timeout); !ok {
 		c.o = outcomeCircuitOpen
 		return errCircuitOpen
+	}
+	if c.m.leases != nil {
+		c.m.leases.CountWait(&c.lease)
 	}
 	var served bool
 	var err error

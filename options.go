@@ -47,6 +47,7 @@ type config struct {
 	denialKeys        int                                                       // WithDenialCache; 0: none
 	leaseSize         int64                                                     // WithLeases; 0: none
 	leaseMaxAge       time.Duration                                             // WithLeases
+	leaseAhead        bool                                                      // WithLeaseAhead
 	penalty           *algorithm.Penalty
 	overrides         time.Duration // WithOverrides' refresh; 0: none
 
