@@ -150,7 +150,8 @@ func WithLeases(size int64, maxAge time.Duration) Option {
 // WithLeaseAhead makes WithLeases take a key's next lease before the one
 // being spent runs out, so that while the key has capacity no request
 // waits on the store: when a spend leaves the key's last lease with at
-// most ⌊size/2⌋ units (the threshold), one round trip in the background
+// most ⌊size/2⌋ units (the threshold; with WithLeaseFloor, half of what
+// that lease asked for), one round trip in the background
 // takes the next lease of up to size units, and, if the spend came from
 // the newer of two leases, hands back what the older still holds in the
 // same script call. So an instance holds at most two leases of a key, and
@@ -176,6 +177,42 @@ func WithLeases(size int64, maxAge time.Duration) Option {
 // Default: off. New refuses it, with ErrInvalidConfig, without WithLeases.
 func WithLeaseAhead() Option {
 	return option(func(c *config) { c.leaseAhead = true })
+}
+
+// WithLeaseFloor makes the size of each lease WithLeases takes follow
+// this instance's traffic on the key, between floor and WithLeases' size
+// (the largest): a key's first lease asks for floor units; then a lease
+// spent down to half of what it asked for within maxAge/2 of its taking
+// asks the next for twice as many, one that still holds more than half
+// when the next is taken (it aged out, or the requests were too large)
+// asks for half, and any other for as many. So a quiet instance holds at
+// most floor units of a key (and hands back what it did not spend), and a
+// hot one doubles up to size in ⌈log2(size/floor)⌉ leases; near the key's
+// limit the fair share (half of what is left) shrinks every lease, so the
+// whole fleet can use the key's last units. Every lease still takes at
+// most size units (or the request's cost), so every bound of WithLeases
+// (and of WithLeaseAhead, whose threshold is then half of what each lease
+// asked for) holds unchanged, with size the largest (TestPropertyLeaseBound
+// runs half its plans with a random floor). Default: sizes fixed at size.
+// New refuses, with ErrInvalidConfig, a floor below 1 or above size, or
+// WithLeaseFloor without WithLeases.
+func WithLeaseFloor(floor int64) Option {
+	return option(func(c *config) { c.leaseFloor = floor })
+}
+
+// leaseOptions applies WithLeaseAhead and WithLeaseFloor to l's leases.
+func (l *Limiter) leaseOptions() error {
+	cfg := &l.cfg
+	if f := cfg.leaseFloor; f != 0 {
+		if f < 1 || f > cfg.leaseSize {
+			return fmt.Errorf("%w: WithLeaseFloor(%d), want 1 to the lease size %d", ErrInvalidConfig, f, cfg.leaseSize)
+		}
+		l.leases.Adapt(f)
+	}
+	if cfg.leaseAhead {
+		l.leases.Ahead(l.aheadTrip, l.handBackQuietly, cfg.timeout)
+	}
+	return nil
 }
 
 // aheadTrip is the round trip that takes a key's next lease ahead

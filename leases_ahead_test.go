@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
@@ -118,4 +119,46 @@ func (g *gatedLeases) Lease(ctx context.Context, req store.Request, terms algori
 		<-g.release
 	}
 	return g.Store.(store.Leaser).Lease(ctx, req, terms)
+}
+
+// Adaptive sizes step by step (memory, a virtual clock): a hot key's
+// leases double from the floor to size; an instance gone quiet asks for
+// half once a lease ages out mostly unspent.
+func TestLeaseFloorSteps(t *testing.T) {
+	st := stores.Memory(t)
+	clock := &fakeclock.Clock{}
+	clock.Set(proptest.Epoch)
+	l, err := fleetlimit.New(algorithm.FixedWindow(1000, time.Hour), st, fleetlimit.WithKeyPrefix(redistest.Prefix()),
+		fleetlimit.WithClock(clock.Now), fleetlimit.WithLeases(16, time.Minute), fleetlimit.WithLeaseFloor(2))
+	require.NoError(t, err)
+	fleetlimit.LeaseFromTheFirst(l)
+	var sizes []int64
+	for range 2 + 4 + 8 + 16 + 16 {
+		lefts := fleetlimit.LeaseLefts(l, "k")
+		res, err := l.Allow(bg, "k")
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+		if len(lefts) == 0 || lefts[0] == 0 { // this request took a lease
+			sizes = append(sizes, fleetlimit.LeaseLefts(l, "k")[0]+1)
+		}
+	}
+	require.Equal(t, []int64{2, 4, 8, 16, 16}, sizes, "each lease spent at once: twice the last, up to size")
+	// The last spent late (a minute on) asks for as many, 16; it ages out
+	// with 15 unspent: the next asks for half, 8.
+	clock.Set(proptest.Epoch.Add(time.Minute))
+	_, err = l.Allow(bg, "k")
+	require.NoError(t, err)
+	require.Equal(t, []int64{15}, fleetlimit.LeaseLefts(l, "k"))
+	clock.Set(proptest.Epoch.Add(2 * time.Minute))
+	_, err = l.Allow(bg, "k")
+	require.NoError(t, err)
+	require.Equal(t, []int64{7}, fleetlimit.LeaseLefts(l, "k"))
+	for _, opts := range [][]fleetlimit.Option{
+		{fleetlimit.WithLeases(16, time.Minute), fleetlimit.WithLeaseFloor(17)},
+		{fleetlimit.WithLeases(16, time.Minute), fleetlimit.WithLeaseFloor(-1)},
+		{fleetlimit.WithLeaseFloor(2)},
+	} {
+		_, err := fleetlimit.New(algorithm.FixedWindow(1000, time.Hour), st, opts...)
+		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
+	}
 }

@@ -112,14 +112,17 @@ func TestPropertyLeaseBound(t *testing.T) {
 						}
 						return "", nil
 					}, g))
-					t.Logf("leases taken ahead %d (retiring the older %d), round trips keeping the newer %d", seen.ahead, seen.retired, seen.kept)
-					all.ahead, all.retired, all.kept = all.ahead+seen.ahead, all.retired+seen.retired, all.kept+seen.kept
+					t.Logf("leases taken ahead %d (retiring the older %d), round trips keeping the newer %d, leases asking for less than size %d", seen.ahead, seen.retired, seen.kept, seen.adapted)
+					all.ahead, all.retired, all.kept, all.adapted = all.ahead+seen.ahead, all.retired+seen.retired, all.kept+seen.kept, all.adapted+seen.adapted
 				})
 			}
 			// Not vacuous: lease-ahead ran, and so did the moves only it
 			// makes (a spend from the newer lease retiring the older, a round
-			// trip keeping the newer beside its own); a penalty box never
-			// leases ahead.
+			// trip keeping the newer beside its own), and leases of adapted
+			// sizes; a penalty box never leases ahead.
+			if all.adapted == 0 {
+				t.Errorf("no lease asked for less than size: %+v", all)
+			}
 			if name == "penalty" {
 				require.Zero(t, all.ahead, "a penalty box leased ahead")
 			} else if all.ahead == 0 || all.retired == 0 || all.kept == 0 {
@@ -131,7 +134,7 @@ func TestPropertyLeaseBound(t *testing.T) {
 
 // leaseCounts are what checkLeases saw of lease-ahead, over a property's
 // cases.
-type leaseCounts struct{ ahead, retired, kept int }
+type leaseCounts struct{ ahead, retired, kept, adapted int }
 
 // leasingEntries are the registry's strategies that lease, for the
 // composites and penalty boxes of TestPropertyLeaseBound.
@@ -187,6 +190,7 @@ type leasePlan struct {
 	To     []int
 	Sweep  []bool // whether every instance sweeps its leases before the request
 	Ahead  bool   // WithLeaseAhead
+	Floor  int64  // WithLeaseFloor; 0: sizes fixed
 }
 
 func planFor(s proptest.Scenario, n int) leasePlan {
@@ -201,7 +205,32 @@ func planFor(s proptest.Scenario, n int) leasePlan {
 		p.Sweep = append(p.Sweep, r.Intn(3) == 0)
 	}
 	p.Ahead = r.Intn(2) == 0
+	if r.Intn(2) == 0 {
+		p.Floor = 1 + r.Int63n(p.Size)
+	}
 	return p
+}
+
+// want is the size of the lease an instance of p asks for after l (nil:
+// none), at at — the rule of WithLeaseFloor, restated: fixed at size
+// without a floor; else floor for a key's first; twice l's after a lease
+// spent down to half of what it asked for within maxAge/2; half after one
+// holding more than half; as many after any other; between floor and size.
+func (p leasePlan) want(l *heldLease, at time.Time) int64 {
+	if p.Floor == 0 || p.Floor >= p.Size {
+		return p.Size
+	}
+	if l == nil {
+		return p.Floor
+	}
+	age := at.Sub(l.at)
+	switch {
+	case l.left <= l.want/2 && age >= 0 && age < p.MaxAge/2:
+		return min(p.Size, 2*l.want)
+	case l.left > l.want/2:
+		return max(p.Floor, l.want/2)
+	}
+	return l.want
 }
 
 // most is the most units one instance of p may hold of a key: size−1, or
@@ -222,6 +251,9 @@ func checkLeases(st store.Store, s proptest.Scenario, counts *leaseCounts) (stri
 		fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { decidedBy = e.DecidedBy }))}
 	if plan.Ahead {
 		opts = append(opts, fleetlimit.WithLeaseAhead())
+	}
+	if plan.Floor > 0 {
+		opts = append(opts, fleetlimit.WithLeaseFloor(plan.Floor))
 	}
 	rigs := make([]*proptest.Rig, plan.K)
 	sweeps := make([]func(time.Time), plan.K)
@@ -301,8 +333,8 @@ func checkLeases(st store.Store, s proptest.Scenario, counts *leaseCounts) (stri
 			return "", nil, err
 		}
 		after := partsAvailable(peek)
-		where := fmt.Sprintf("request %d (%q n=%d at +%v) to instance %d of %d, leases of %d for %v (ahead %v), %v",
-			i, ev.Key, ev.N, ev.At.Sub(s.Base), inst, plan.K, plan.Size, plan.MaxAge, plan.Ahead, decidedBy)
+		where := fmt.Sprintf("request %d (%q n=%d at +%v) to instance %d of %d, leases of %d (floor %d) for %v (ahead %v), %v",
+			i, ev.Key, ev.N, ev.At.Sub(s.Base), inst, plan.K, plan.Size, plan.Floor, plan.MaxAge, plan.Ahead, decidedBy)
 		if len(before) != len(parts) || len(after) != len(parts) {
 			return fmt.Sprintf("%s: a peek read %d and %d parts of %d", where, len(before), len(after), len(parts)), outs, nil
 		}
@@ -323,7 +355,7 @@ func checkLeases(st store.Store, s proptest.Scenario, counts *leaseCounts) (stri
 		// the share of what the tightest held before it.
 		fair := func(took, n, want int64) string {
 			if took > want {
-				return fmt.Sprintf("%s: a lease took %d, more than max(n, size) = %d", where, took, want)
+				return fmt.Sprintf("%s: a lease took %d, more than it asked for, max(n, its size) = %d", where, took, want)
 			}
 			for j := range parts {
 				if net := before[j] - after[j]; net > max(n, tightAfter) {
@@ -353,9 +385,9 @@ func checkLeases(st store.Store, s proptest.Scenario, counts *leaseCounts) (stri
 				return fmt.Sprintf("%s: Remaining %d, but the leases (%s before) hold %d", where, res.Remaining, desc, want), outs, nil
 			}
 			// Lease-ahead: a spend that leaves the last lease with at most
-			// ⌊size/2⌋ takes the next, once per lease (not for a penalty
+			// half of what it asked for takes the next, once per lease (not for a penalty
 			// box), handing back the older if it was served by the newer.
-			if !plan.Ahead || penalized || from != len(mine)-1 || l.left > plan.Size/2 || l.started {
+			if !plan.Ahead || penalized || from != len(mine)-1 || l.left > l.want/2 || l.started {
 				for j := range parts {
 					if before[j] != after[j] {
 						return fmt.Sprintf("%s: served from a lease with no round trip due, but the store (part %d) went from %d to %d available", where, j, before[j], after[j]), outs, nil
@@ -364,6 +396,10 @@ func checkLeases(st store.Store, s proptest.Scenario, counts *leaseCounts) (stri
 				break
 			}
 			l.started = true
+			asked := plan.want(l, ev.At)
+			if asked != plan.Size {
+				counts.adapted++
+			}
 			counts.ahead++
 			if from == 1 {
 				counts.retired++
@@ -379,10 +415,10 @@ func checkLeases(st store.Store, s proptest.Scenario, counts *leaseCounts) (stri
 			} else if len(got) == len(mine)+1 {
 				took := got[len(got)-1]
 				ledger.add(ev.Key, ev.At, took)
-				if msg := fair(took, 1, plan.Size); msg != "" {
+				if msg := fair(took, 1, asked); msg != "" {
 					return msg, outs, nil
 				}
-				mine = append(mine, &heldLease{left: took, at: ev.At})
+				mine = append(mine, &heldLease{left: took, at: ev.At, want: asked})
 				entries[inst][ev.Key] = ev.At
 			}
 			leases[inst][ev.Key] = mine
@@ -410,6 +446,14 @@ func checkLeases(st store.Store, s proptest.Scenario, counts *leaseCounts) (stri
 				break
 			}
 			delete(seen[inst], ev.Key)
+			var newest *heldLease
+			if len(mine) > 0 {
+				newest = mine[len(mine)-1]
+			}
+			want := plan.want(newest, ev.At)
+			if want != plan.Size {
+				counts.adapted++
+			}
 			// The older lease is handed back in the round trip; the newer
 			// (taken ahead) is kept if it is live, else handed back apart.
 			var kept []*heldLease
@@ -427,11 +471,11 @@ func checkLeases(st store.Store, s proptest.Scenario, counts *leaseCounts) (stri
 				// store's (a composite reports its tightest member's).
 				took := res.Remaining - tightAfter + ev.N
 				ledger.add(ev.Key, ev.At, took)
-				if msg := fair(took, ev.N, max(ev.N, plan.Size)); msg != "" {
+				if msg := fair(took, ev.N, max(ev.N, want)); msg != "" {
 					return msg, outs, nil
 				}
 				if took > ev.N {
-					mine = append(mine, &heldLease{left: took - ev.N, at: ev.At})
+					mine = append(mine, &heldLease{left: took - ev.N, at: ev.At, want: want})
 				}
 			}
 			if len(mine) == 0 {
@@ -608,7 +652,8 @@ func newLeaseLedger(sc proptest.StratCase) *chargeModel {
 type heldLease struct {
 	left    int64
 	at      time.Time
-	started bool // a round trip to take the next lease ahead was started for it
+	started bool  // a round trip to take the next lease ahead was started for it
+	want    int64 // the size it asked for (leasePlan.want)
 }
 
 // lefts is what each of ls holds.

@@ -129,11 +129,11 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		}
 		l.sweep = &sweeper{l: l, afterFunc: time.AfterFunc}
 		l.leases = lease.New(cfg.leaseSize, cfg.leaseMaxAge, clock, l.sweep.arm)
-		if cfg.leaseAhead {
-			l.leases.Ahead(l.aheadTrip, l.handBackQuietly, cfg.timeout)
+		if err := l.leaseOptions(); err != nil {
+			return nil, err
 		}
-	} else if cfg.leaseAhead {
-		return nil, fmt.Errorf("%w: WithLeaseAhead needs WithLeases", ErrInvalidConfig)
+	} else if cfg.leaseAhead || cfg.leaseFloor != 0 {
+		return nil, fmt.Errorf("%w: WithLeaseAhead and WithLeaseFloor need WithLeases", ErrInvalidConfig)
 	}
 	l.buildModes()
 	if err := l.buildHoldModes(); err != nil {

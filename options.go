@@ -48,6 +48,7 @@ type config struct {
 	leaseSize         int64                                                     // WithLeases; 0: none
 	leaseMaxAge       time.Duration                                             // WithLeases
 	leaseAhead        bool                                                      // WithLeaseAhead
+	leaseFloor        int64                                                     // WithLeaseFloor; 0: sizes fixed
 	penalty           *algorithm.Penalty
 	overrides         time.Duration // WithOverrides' refresh; 0: none
 

@@ -45,6 +45,7 @@ type Table struct {
 	ahead    AheadTrip
 	handBack func([]Held)
 	timeout  time.Duration // an ahead trip's deadline, from its start
+	floor    int64         // the smallest lease asked for (Adapt); size: sizes fixed
 	trips    tripCount
 	waited   atomic.Int64 // decisions that waited on a round trip (Waited)
 }
@@ -82,6 +83,7 @@ type lease struct {
 	same     bool         // strategy's value is comparable: == finds it fast, never panics
 	left     atomic.Int64 // units not yet spent
 	ahead    atomic.Bool  // a round trip to take the next lease ahead was started for it
+	want     int64        // the units its round trip asked for, beside the request's cost (nextWant)
 	at       time.Time    // when its round trip was sent (or its WithClock time)
 	storeAt  int64        // algorithm.Grant.At, to name it at the hand-back
 	limit    int64
@@ -92,7 +94,7 @@ type lease struct {
 // maxAge on clock; installed, if not nil, is called (without any lock of
 // the table's) each time a lease is installed.
 func New(size int64, maxAge time.Duration, clock keyed.Clock, installed func()) *Table {
-	t := &Table{size: size, maxAge: maxAge, clock: clock, installed: installed, shards: keyed.NewShards[shard](keyed.MaxShards)}
+	t := &Table{size: size, floor: size, maxAge: maxAge, clock: clock, installed: installed, shards: keyed.NewShards[shard](keyed.MaxShards)}
 	t.shards.Each(func(sh *shard) { sh.m, sh.seen = make(map[string]*entry), make(map[string]time.Time) })
 	t.trips.done = sync.NewCond(&t.trips.mu)
 	return t
@@ -121,20 +123,34 @@ func (t *Table) Ahead(trip AheadTrip, handBack func([]Held), timeout time.Durati
 	t.ahead, t.handBack, t.timeout = trip, handBack, timeout
 }
 
-// Threshold is the units at or below which a key's last lease starts the
-// round trip that takes the next ahead: ⌊size/2⌋, so that a key spending
-// at one rate has half a lease's worth of time for the round trip.
-func (t *Table) Threshold() int64 { return t.size / 2 }
+// Adapt makes lease sizes follow the key's traffic on this instance,
+// between floor and size (see nextWant). Call it before the table is
+// used; floor is 1 to size.
+func (t *Table) Adapt(floor int64) { t.floor = floor }
 
-// Most is the most units the table may hold of one key at once: size−1
-// (a request spends at least one unit of each lease it takes), or with
-// lease-ahead size + Threshold (the older lease at most Threshold once
-// the next, of up to size, is taken).
-func (t *Table) Most() int64 {
-	if t.ahead == nil {
-		return t.size - 1
+// nextWant is the size of the next lease of a key whose newest lease is
+// l (nil: none, a key's first lease or its first after a quiet maxAge),
+// judged at now: with sizes fixed (floor = size), size. Adapting, a key's
+// first lease asks for floor; then a lease spent down to half of what it
+// asked for within maxAge/2 of its taking asks the next for twice as many
+// (the instance spends faster than the leases' life needs), one that
+// still holds more than half asks for half (the instance's traffic does
+// not need it), and any other for as many; always between floor and size.
+func (t *Table) nextWant(l *lease, now time.Time) int64 {
+	if t.floor >= t.size {
+		return t.size
 	}
-	return t.size + t.Threshold()
+	if l == nil {
+		return t.floor
+	}
+	age := t.clock.Since(l.at, now)
+	switch left := l.left.Load(); {
+	case left <= l.want/2 && age >= 0 && age < t.maxAge/2:
+		return min(t.size, 2*l.want)
+	case left > l.want/2:
+		return max(t.floor, l.want/2)
+	}
+	return l.want
 }
 
 // Spend admits a request of cost n for key under s at now (zero: the
@@ -178,7 +194,7 @@ func (t *Table) spendFrom(e *entry, l, next *lease, key string, s algorithm.Stra
 			rem := had - n
 			if next != nil {
 				rem += next.left.Load()
-			} else if !dry && rem <= t.size/2 && t.ahead != nil {
+			} else if !dry && rem <= l.want/2 && t.ahead != nil {
 				t.goAhead(e, l, key, s, now)
 			}
 			return algorithm.Decision{Allowed: true, Limit: l.limit, Remaining: rem, ResetAfter: max(0, l.reset-age)}, true
@@ -219,14 +235,15 @@ func (t *Table) goAhead(e *entry, l *lease, key string, s algorithm.Strategy, no
 	if sent.IsZero() {
 		sent = time.Now()
 	}
+	want := t.nextWant(l, now)
 	t.trips.add()
-	go t.runAhead(t.shards.Of(key), e, f, key, s, now, sent, retired, back)
+	go t.runAhead(t.shards.Of(key), e, f, key, s, now, sent, retired, back, want)
 }
 
 // runAhead is the round trip goAhead started, and its landing.
-func (t *Table) runAhead(sh *shard, e *entry, f *flight, key string, s algorithm.Strategy, now, sent time.Time, retired *lease, back int64) {
+func (t *Table) runAhead(sh *shard, e *entry, f *flight, key string, s algorithm.Strategy, now, sent time.Time, retired *lease, back, want int64) {
 	defer t.trips.finish()
-	terms := algorithm.LeaseTerms{Want: t.size}
+	terms := algorithm.LeaseTerms{Want: want}
 	if back > 0 {
 		terms.Back, terms.BackAt = back, retired.storeAt
 	}
@@ -237,7 +254,7 @@ func (t *Table) runAhead(sh *shard, e *entry, f *flight, key string, s algorithm
 	}
 	var nl *lease
 	if err == nil && g.Units > 0 {
-		nl = newLease(s, g, g.Units, sent)
+		nl = newLease(s, g, g.Units, want, sent)
 	}
 	sh.mu.Lock()
 	if retired != nil && e.cur == retired {
@@ -287,9 +304,10 @@ func (t *Table) landed(nl *lease, orphans []Held) {
 	}
 }
 
-// newLease is a lease of left units of grant g under s, dated sent.
-func newLease(s algorithm.Strategy, g algorithm.Grant, left int64, sent time.Time) *lease {
-	l := &lease{strategy: s, same: reflect.ValueOf(s).Comparable(),
+// newLease is a lease of left units of grant g under s, asked for want,
+// dated sent.
+func newLease(s algorithm.Strategy, g algorithm.Grant, left, want int64, sent time.Time) *lease {
+	l := &lease{strategy: s, same: reflect.ValueOf(s).Comparable(), want: want,
 		at: sent, storeAt: g.At, limit: g.Decision.Limit, reset: g.Decision.ResetAfter}
 	l.left.Store(left)
 	return l
@@ -539,7 +557,12 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 		e = &entry{}
 		sh.m[key] = e
 	}
-	terms := algorithm.LeaseTerms{Want: max(n, t.size)}
+	newest := e.next
+	if newest == nil {
+		newest = e.cur
+	}
+	want := t.nextWant(newest, now)
+	terms := algorithm.LeaseTerms{Want: max(n, want)}
 	if l := e.cur; l != nil && l.left.Load() > 0 && rule.Same(l.strategy, s) {
 		terms.Back, terms.BackAt = l.left.Load(), l.storeAt // no spend runs: sh.mu is held
 	}
@@ -559,7 +582,7 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 
 	var g algorithm.Grant
 	err = errPanicked // until trip returns
-	defer t.land(sh, key, e, flight, s, n, sent, &g, &err)
+	defer t.land(sh, key, e, flight, s, n, want, sent, &g, &err)
 	tctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.Deadline)
 	defer cancel()
 	if drop.Back > 0 {
@@ -583,10 +606,10 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 // (less the request's n) unless the trip failed (*err) or took no more
 // than n, and releases the requests waiting on the flight. Deferred by
 // Take, so that they are released even if the trip panics.
-func (t *Table) land(sh *shard, key string, e *entry, flight *flight, s algorithm.Strategy, n int64, sent time.Time, g *algorithm.Grant, err *error) {
+func (t *Table) land(sh *shard, key string, e *entry, flight *flight, s algorithm.Strategy, n, want int64, sent time.Time, g *algorithm.Grant, err *error) {
 	var nl *lease
 	if *err == nil && g.Units > n {
-		nl = newLease(s, *g, g.Units-n, sent)
+		nl = newLease(s, *g, g.Units-n, want, sent)
 	}
 	sh.mu.Lock()
 	orphan := t.install(sh, key, e, nl, g.At)
