@@ -182,7 +182,7 @@ func WithLeaseAhead() Option {
 // WithLeaseFloor makes the size of each lease WithLeases takes follow
 // this instance's traffic on the key, between floor and WithLeases' size
 // (the largest): a key's first lease asks for floor units; then a lease
-// spent down to half of what it asked for within maxAge/2 of its taking
+// spent down to half of what it asked for within maxAge/8 of its taking
 // asks the next for twice as many, one that still holds more than half
 // when the next is taken (it aged out, or the requests were too large)
 // asks for half, and any other for as many. So a quiet instance holds at
@@ -194,8 +194,9 @@ func WithLeaseAhead() Option {
 // (and of WithLeaseAhead, whose threshold is then half of what each lease
 // asked for) holds unchanged, with size the largest (TestPropertyLeaseBound
 // runs half its plans with a random floor). Default: sizes fixed at size.
-// New refuses, with ErrInvalidConfig, a floor below 1 or above size, or
-// WithLeaseFloor without WithLeases.
+// New refuses, with ErrInvalidConfig, a floor below 2 (a lease of 1 holds
+// nothing once its request is served, so nothing would tell its size to
+// grow) or above size, or WithLeaseFloor without WithLeases.
 func WithLeaseFloor(floor int64) Option {
 	return option(func(c *config) { c.leaseFloor = floor })
 }
@@ -204,8 +205,8 @@ func WithLeaseFloor(floor int64) Option {
 func (l *Limiter) leaseOptions() error {
 	cfg := &l.cfg
 	if f := cfg.leaseFloor; f != 0 {
-		if f < 1 || f > cfg.leaseSize {
-			return fmt.Errorf("%w: WithLeaseFloor(%d), want 1 to the lease size %d", ErrInvalidConfig, f, cfg.leaseSize)
+		if f < 2 || f > cfg.leaseSize {
+			return fmt.Errorf("%w: WithLeaseFloor(%d), want 2 to the lease size %d (a lease of 1 holds nothing once its request is served, so nothing would tell its size to grow)", ErrInvalidConfig, f, cfg.leaseSize)
 		}
 		l.leases.Adapt(f)
 	}

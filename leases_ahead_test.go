@@ -155,7 +155,7 @@ func TestLeaseFloorSteps(t *testing.T) {
 	require.Equal(t, []int64{7}, fleetlimit.LeaseLefts(l, "k"))
 	for _, opts := range [][]fleetlimit.Option{
 		{fleetlimit.WithLeases(16, time.Minute), fleetlimit.WithLeaseFloor(17)},
-		{fleetlimit.WithLeases(16, time.Minute), fleetlimit.WithLeaseFloor(-1)},
+		{fleetlimit.WithLeases(16, time.Minute), fleetlimit.WithLeaseFloor(1)},
 		{fleetlimit.WithLeaseFloor(2)},
 	} {
 		_, err := fleetlimit.New(algorithm.FixedWindow(1000, time.Hour), st, opts...)

@@ -205,8 +205,8 @@ func planFor(s proptest.Scenario, n int) leasePlan {
 		p.Sweep = append(p.Sweep, r.Intn(3) == 0)
 	}
 	p.Ahead = r.Intn(2) == 0
-	if r.Intn(2) == 0 {
-		p.Floor = 1 + r.Int63n(p.Size)
+	if r.Intn(2) == 0 && p.Size >= 2 {
+		p.Floor = 2 + r.Int63n(p.Size-1)
 	}
 	return p
 }
@@ -214,7 +214,7 @@ func planFor(s proptest.Scenario, n int) leasePlan {
 // want is the size of the lease an instance of p asks for after l (nil:
 // none), at at — the rule of WithLeaseFloor, restated: fixed at size
 // without a floor; else floor for a key's first; twice l's after a lease
-// spent down to half of what it asked for within maxAge/2; half after one
+// spent down to half of what it asked for within maxAge/8; half after one
 // holding more than half; as many after any other; between floor and size.
 func (p leasePlan) want(l *heldLease, at time.Time) int64 {
 	if p.Floor == 0 || p.Floor >= p.Size {
@@ -225,7 +225,7 @@ func (p leasePlan) want(l *heldLease, at time.Time) int64 {
 	}
 	age := at.Sub(l.at)
 	switch {
-	case l.left <= l.want/2 && age >= 0 && age < p.MaxAge/2:
+	case l.left <= l.want/2 && age >= 0 && age < p.MaxAge/8:
 		return min(p.Size, 2*l.want)
 	case l.left > l.want/2:
 		return max(p.Floor, l.want/2)

@@ -125,14 +125,15 @@ func (t *Table) Ahead(trip AheadTrip, handBack func([]Held), timeout time.Durati
 
 // Adapt makes lease sizes follow the key's traffic on this instance,
 // between floor and size (see nextWant). Call it before the table is
-// used; floor is 1 to size.
+// used; floor is 2 to size (a lease of 1 unit holds nothing once its
+// request is served: none would follow it to grow from).
 func (t *Table) Adapt(floor int64) { t.floor = floor }
 
 // nextWant is the size of the next lease of a key whose newest lease is
 // l (nil: none, a key's first lease or its first after a quiet maxAge),
 // judged at now: with sizes fixed (floor = size), size. Adapting, a key's
 // first lease asks for floor; then a lease spent down to half of what it
-// asked for within maxAge/2 of its taking asks the next for twice as many
+// asked for within maxAge/8 of its taking asks the next for twice as many
 // (the instance spends faster than the leases' life needs), one that
 // still holds more than half asks for half (the instance's traffic does
 // not need it), and any other for as many; always between floor and size.
@@ -145,7 +146,7 @@ func (t *Table) nextWant(l *lease, now time.Time) int64 {
 	}
 	age := t.clock.Since(l.at, now)
 	switch left := l.left.Load(); {
-	case left <= l.want/2 && age >= 0 && age < t.maxAge/2:
+	case left <= l.want/2 && age >= 0 && age < t.maxAge/8:
 		return min(t.size, 2*l.want)
 	case left > l.want/2:
 		return max(t.floor, l.want/2)
