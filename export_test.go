@@ -49,3 +49,13 @@ func LeaseFromTheFirst(l *Limiter) *Limiter {
 	l.leases.LeaseFirst()
 	return l
 }
+
+// SettleLeases waits for l's round trips taking leases ahead.
+func SettleLeases(l *Limiter) { l.leases.Settle() }
+
+// LeaseWaits is how many of l's decisions waited on a round trip (or were
+// decided exactly): all but those its leases served at once.
+func LeaseWaits(l *Limiter) int64 { return l.leases.Waited() }
+
+// LeaseLefts is what each lease l holds of key holds, the older first.
+func LeaseLefts(l *Limiter, key string) []int64 { return l.leases.Lefts(key) }

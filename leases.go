@@ -147,6 +147,106 @@ func WithLeases(size int64, maxAge time.Duration) Option {
 	})
 }
 
+// WithLeaseAhead makes WithLeases take a key's next lease before the one
+// being spent runs out, so that while the key has capacity no request
+// waits on the store: when a spend leaves the key's last lease with at
+// most ⌊size/2⌋ units (the threshold; with WithLeaseFloor, half of what
+// that lease asked for), one round trip in the background
+// takes the next lease of up to size units, and, if the spend came from
+// the newer of two leases, hands back what the older still holds in the
+// same script call. So an instance holds at most two leases of a key, and
+// at most size + ⌊size/2⌋ units of it (the older at most ⌊size/2⌋ once
+// the newer is taken; without lease-ahead, size−1): the bounds of
+// WithLeases hold with H = K·(size + ⌊size/2⌋) (docs/guarantees.md,
+// TestPropertyLeaseBound). A lease starts at most one such round trip; a
+// key has at most one round trip in flight, and a request its leases
+// cannot serve waits for it (as for any other in flight), then spends
+// from the lease it installed.
+//
+// The round trip taken ahead is bounded by the limiter's timeout, goes
+// through the key's circuit (not sent while it is open; its outcome
+// counted as a decision's is) and decides nothing: when it fails or the
+// store denies it, the key's requests spend what the instance still
+// holds, and then take their own round trips, decided by the failure
+// policy as without lease-ahead. A failed one loses the older lease's
+// units it was handing back (they return as the key refills). Close waits
+// for the round trips in flight (each at most the timeout), then hands
+// back every lease, the ones taken ahead too: no goroutine outlives it.
+// Penalty boxes (WithPenalty) do not lease ahead: a lease their script
+// denies counts toward a ban, and a lease taken ahead is no request.
+// Default: off. New refuses it, with ErrInvalidConfig, without WithLeases.
+func WithLeaseAhead() Option {
+	return option(func(c *config) { c.leaseAhead = true })
+}
+
+// WithLeaseFloor makes the size of each lease WithLeases takes follow
+// this instance's traffic on the key, between floor and WithLeases' size
+// (the largest): a key's first lease asks for floor units; then a lease
+// spent down to half of what it asked for within maxAge/8 of its taking
+// asks the next for twice as many, one that still holds more than half
+// when the next is taken (it aged out, or the requests were too large)
+// asks for half, and any other for as many. So a quiet instance holds at
+// most floor units of a key (and hands back what it did not spend), and a
+// hot one doubles up to size in ⌈log2(size/floor)⌉ leases; near the key's
+// limit the fair share (half of what is left) shrinks every lease, so the
+// whole fleet can use the key's last units. Every lease still takes at
+// most size units (or the request's cost), so every bound of WithLeases
+// (and of WithLeaseAhead, whose threshold is then half of what each lease
+// asked for) holds unchanged, with size the largest (TestPropertyLeaseBound
+// runs half its plans with a random floor). Default: sizes fixed at size.
+// New refuses, with ErrInvalidConfig, a floor below 2 (a lease of 1 holds
+// nothing once its request is served, so nothing would tell its size to
+// grow) or above size, or WithLeaseFloor without WithLeases.
+func WithLeaseFloor(floor int64) Option {
+	return option(func(c *config) { c.leaseFloor = floor })
+}
+
+// leaseOptions applies WithLeaseAhead and WithLeaseFloor to l's leases.
+func (l *Limiter) leaseOptions() error {
+	cfg := &l.cfg
+	if f := cfg.leaseFloor; f != 0 {
+		if f < 2 || f > cfg.leaseSize {
+			return fmt.Errorf("%w: WithLeaseFloor(%d), want 2 to the lease size %d (a lease of 1 holds nothing once its request is served, so nothing would tell its size to grow)", ErrInvalidConfig, f, cfg.leaseSize)
+		}
+		l.leases.Adapt(f)
+	}
+	if cfg.leaseAhead {
+		l.leases.Ahead(l.aheadTrip, l.handBackQuietly, cfg.timeout)
+	}
+	return nil
+}
+
+// aheadTrip is the round trip that takes a key's next lease ahead
+// (lease.AheadTrip): the store's Lease, for one unit and up to size,
+// through the key's circuit — refused, nothing sent, while it is open —
+// ending by until (its start + the limiter's timeout); the circuit counts
+// its outcome as a decision's.
+func (l *Limiter) aheadTrip(key string, s algorithm.Strategy, now, until time.Time, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+	ci, p, ok := l.cfg.breaker.admit(l.store, key, l.cfg.timeout)
+	if p != 0 {
+		ci.abandon(p) // a probe is a request's to make
+	}
+	timeout := time.Until(until)
+	if !ok || p != 0 || timeout <= 0 {
+		return algorithm.Grant{}, lease.ErrNotSent
+	}
+	req := store.Request{Strategy: s, Prefix: l.cfg.prefix, Key: key, N: 1, Now: now, Timeout: timeout}
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	defer cancel()
+	g, err := l.store.(store.Leaser).Lease(ctx, req, terms)
+	switch {
+	case err == nil:
+		ci.answered()
+	case !errors.Is(err, store.ErrClosed):
+		ci.failed(err)
+	}
+	return g, err
+}
+
+// handBackQuietly hands held back (see handBack); a failed hand-back is
+// lost: its units return as the key refills.
+func (l *Limiter) handBackQuietly(held []lease.Held) { _ = l.handBack(held) }
+
 // checkLeasable returns why s over st cannot lease, or nil.
 func checkLeasable(s algorithm.Strategy, st store.Store) error {
 	if _, ok := st.(store.Leaser); !ok {
@@ -275,7 +375,8 @@ func (l *Limiter) handBack(held []lease.Held) error {
 // flight at once: enough for the Redis store to pipeline them.
 const handBackConcurrency = 16
 
-// Close hands back every unspent lease this limiter holds, one round trip
+// Close waits for the round trips taking leases ahead (WithLeaseAhead),
+// then hands back every unspent lease this limiter holds, one round trip
 // per key (at most 16 at a time), each bounded by the limiter's timeout,
 // and returns the errors of those that failed (their units return as the
 // keys refill). Without WithLeases it does nothing. The limiter stays
@@ -285,6 +386,7 @@ func (l *Limiter) Close() error {
 		return nil
 	}
 	l.sweep.stop()
+	l.leases.Settle()
 	held, _ := l.leases.End(time.Time{}, true)
 	return l.handBack(held)
 }

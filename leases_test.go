@@ -79,6 +79,7 @@ func TestPropertyLeaseBound(t *testing.T) {
 	leasing := leasingEntries(t)
 	for _, name := range []string{"token_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter", "all", "penalty"} {
 		t.Run(name, func(t *testing.T) {
+			var all leaseCounts // over every backend (some run few cases)
 			for _, b := range leaseBackends(t) {
 				t.Run(b.Name, func(t *testing.T) {
 					newStrat := func(r *rand.Rand) proptest.StratCase {
@@ -93,12 +94,13 @@ func TestPropertyLeaseBound(t *testing.T) {
 						return proptest.EntryCase(proptest.RegistryEntry(t, name), b, r)
 					}
 					g := proptest.ScenarioGen(b, newStrat, false)
+					var seen leaseCounts
 					proptest.Check(t, max(1, b.Cases/2), prop.ForAll(func(s proptest.Scenario) (string, error) {
-						msg, outs, err := checkLeases(b.Store, s)
+						msg, outs, err := checkLeases(b.Store, s, &seen)
 						if msg != "" || err != nil || b.Store == store.Store(mem) {
 							return msg, err
 						}
-						_, want, err := checkLeases(mem, s)
+						_, want, err := checkLeases(mem, s, &leaseCounts{})
 						if err != nil {
 							return "", err
 						}
@@ -110,11 +112,29 @@ func TestPropertyLeaseBound(t *testing.T) {
 						}
 						return "", nil
 					}, g))
+					t.Logf("leases taken ahead %d (retiring the older %d), round trips keeping the newer %d, leases asking for less than size %d", seen.ahead, seen.retired, seen.kept, seen.adapted)
+					all.ahead, all.retired, all.kept, all.adapted = all.ahead+seen.ahead, all.retired+seen.retired, all.kept+seen.kept, all.adapted+seen.adapted
 				})
+			}
+			// Not vacuous: lease-ahead ran, and so did the moves only it
+			// makes (a spend from the newer lease retiring the older, a round
+			// trip keeping the newer beside its own), and leases of adapted
+			// sizes; a penalty box never leases ahead.
+			if all.adapted == 0 {
+				t.Errorf("no lease asked for less than size: %+v", all)
+			}
+			if name == "penalty" {
+				require.Zero(t, all.ahead, "a penalty box leased ahead")
+			} else if all.ahead == 0 || all.retired == 0 || all.kept == 0 {
+				t.Errorf("lease-ahead barely ran: %+v", all)
 			}
 		})
 	}
 }
+
+// leaseCounts are what checkLeases saw of lease-ahead, over a property's
+// cases.
+type leaseCounts struct{ ahead, retired, kept, adapted int }
 
 // leasingEntries are the registry's strategies that lease, for the
 // composites and penalty boxes of TestPropertyLeaseBound.
@@ -169,6 +189,8 @@ type leasePlan struct {
 	MaxAge time.Duration
 	To     []int
 	Sweep  []bool // whether every instance sweeps its leases before the request
+	Ahead  bool   // WithLeaseAhead
+	Floor  int64  // WithLeaseFloor; 0: sizes fixed
 }
 
 func planFor(s proptest.Scenario, n int) leasePlan {
@@ -182,19 +204,61 @@ func planFor(s proptest.Scenario, n int) leasePlan {
 		p.To = append(p.To, r.Intn(p.K))
 		p.Sweep = append(p.Sweep, r.Intn(3) == 0)
 	}
+	p.Ahead = r.Intn(2) == 0
+	if r.Intn(2) == 0 && p.Size >= 2 {
+		p.Floor = 2 + r.Int63n(p.Size-1)
+	}
 	return p
 }
 
-func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcome, error) {
+// want is the size of the lease an instance of p asks for after l (nil:
+// none), at at — the rule of WithLeaseFloor, restated: fixed at size
+// without a floor; else floor for a key's first; twice l's after a lease
+// spent down to half of what it asked for within maxAge/8; half after one
+// holding more than half; as many after any other; between floor and size.
+func (p leasePlan) want(l *heldLease, at time.Time) int64 {
+	if p.Floor == 0 || p.Floor >= p.Size {
+		return p.Size
+	}
+	if l == nil {
+		return p.Floor
+	}
+	age := at.Sub(l.at)
+	switch {
+	case l.left <= l.want/2 && age >= 0 && age < p.MaxAge/8:
+		return min(p.Size, 2*l.want)
+	case l.left > l.want/2:
+		return max(p.Floor, l.want/2)
+	}
+	return l.want
+}
+
+// most is the most units one instance of p may hold of a key: size−1, or
+// with lease-ahead size + ⌊size/2⌋ (WithLeaseAhead).
+func (p leasePlan) most() int64 {
+	if p.Ahead {
+		return p.Size + p.Size/2
+	}
+	return p.Size - 1
+}
+
+func checkLeases(st store.Store, s proptest.Scenario, counts *leaseCounts) (string, []proptest.Outcome, error) {
 	evs := s.Events()
 	plan := planFor(s, len(evs))
 	prefix := redistest.Prefix()
 	var decidedBy fleetlimit.Decider
-	obs := fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { decidedBy = e.DecidedBy }))
+	opts := []fleetlimit.Option{fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithLeases(plan.Size, plan.MaxAge),
+		fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(e fleetlimit.Event) { decidedBy = e.DecidedBy }))}
+	if plan.Ahead {
+		opts = append(opts, fleetlimit.WithLeaseAhead())
+	}
+	if plan.Floor > 0 {
+		opts = append(opts, fleetlimit.WithLeaseFloor(plan.Floor))
+	}
 	rigs := make([]*proptest.Rig, plan.K)
 	sweeps := make([]func(time.Time), plan.K)
 	for i := range rigs {
-		r, err := proptest.NewRig(st, s.Strat.S, fleetlimit.WithKeyPrefix(prefix), fleetlimit.WithLeases(plan.Size, plan.MaxAge), obs)
+		r, err := proptest.NewRig(st, s.Strat.S, opts...)
 		if err != nil {
 			return "", nil, err
 		}
@@ -204,7 +268,7 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 	if err != nil {
 		return "", nil, err
 	}
-	held := int64(plan.K) * (plan.Size - 1)
+	held := int64(plan.K) * plan.most()
 	parts := leaseParts(s.Strat)
 	models := make([]*chargeModel, len(parts))
 	for i, p := range parts {
@@ -212,30 +276,34 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 	}
 	ledger := newLeaseLedger(s.Strat) // nil but for a sliding log or counter on its own
 	_, penalized := s.Strat.S.(interface{ Unwrap() algorithm.Strategy })
-	leases := make([]map[string]*heldLease, plan.K) // each instance's leases, as observed
-	// Each instance's lease table as the rule of WithLeases keeps it:
-	// entries, when each key's lease (spent or not) was taken; seen, when
-	// each key was decided exactly, its first round trip.
+	// Each instance's leases of each key, older first, as observed; and
+	// its lease table as the rule of WithLeases keeps it: entries, when
+	// each key's newest lease was taken (a key with a lease, spent or not);
+	// seen, when each key was decided exactly, its first round trip.
+	leases := make([]map[string][]*heldLease, plan.K)
 	entries, seen := make([]map[string]time.Time, plan.K), make([]map[string]time.Time, plan.K)
+	waits := make([]int64, plan.K) // each instance's decisions that waited on a round trip
 	for i := range leases {
-		leases[i], entries[i], seen[i] = map[string]*heldLease{}, map[string]time.Time{}, map[string]time.Time{}
+		leases[i], entries[i], seen[i] = map[string][]*heldLease{}, map[string]time.Time{}, map[string]time.Time{}
 	}
 	young := func(since, at time.Time) bool { age := at.Sub(since); return age >= 0 && age < plan.MaxAge }
-	live := func(l *heldLease, at time.Time) bool {
-		age := at.Sub(l.at)
-		return l != nil && l.left > 0 && age >= 0 && age < plan.MaxAge
-	}
+	serves := func(l *heldLease, at time.Time, n int64) bool { return l.left >= n && young(l.at, at) }
 	var outs []proptest.Outcome
 	for i, ev := range evs {
 		if plan.Sweep[i] {
 			for j, r := range rigs {
 				r.SetClock(ev.At)
 				sweeps[j](ev.At)
-				for k, l := range leases[j] {
-					if !live(l, ev.At) {
-						ledger.giveBack(k, l, ev.At)
-						delete(leases[j], k) // handed back
+				for k, ls := range leases[j] {
+					var keep []*heldLease
+					for _, l := range ls {
+						if young(l.at, ev.At) {
+							keep = append(keep, l)
+						} else {
+							ledger.giveBack(k, l, ev.At) // handed back
+						}
 					}
+					leases[j][k] = keep
 				}
 				for _, m := range []map[string]time.Time{entries[j], seen[j]} {
 					for k, since := range m {
@@ -253,18 +321,20 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		before := partsAvailable(peek)
 		inst := plan.To[i]
 		mine := leases[inst][ev.Key]
-		couldServe := mine != nil && live(mine, ev.At) && mine.left >= ev.N
+		from := slices.IndexFunc(mine, func(l *heldLease) bool { return serves(l, ev.At, ev.N) }) // the lease that can serve, the older first; -1: none
+		desc := fmt.Sprint(lefts(mine))
 		res, err := rigs[inst].At(ev)
 		if err != nil {
 			return "", nil, err
 		}
+		fleetlimit.SettleLeases(rigs[inst].Limiter()) // a round trip taken ahead lands
 		outs = append(outs, proptest.Outcome{Event: ev, Res: res})
 		if peek, err = exact.Peek(proptest.Event{At: ev.At, Key: ev.Key, N: 1}); err != nil {
 			return "", nil, err
 		}
 		after := partsAvailable(peek)
-		where := fmt.Sprintf("request %d (%q n=%d at +%v) to instance %d of %d, leases of %d for %v, %v",
-			i, ev.Key, ev.N, ev.At.Sub(s.Base), inst, plan.K, plan.Size, plan.MaxAge, decidedBy)
+		where := fmt.Sprintf("request %d (%q n=%d at +%v) to instance %d of %d, leases of %d (floor %d) for %v (ahead %v), %v",
+			i, ev.Key, ev.N, ev.At.Sub(s.Base), inst, plan.K, plan.Size, plan.Floor, plan.MaxAge, plan.Ahead, decidedBy)
 		if len(before) != len(parts) || len(after) != len(parts) {
 			return fmt.Sprintf("%s: a peek read %d and %d parts of %d", where, len(before), len(after), len(parts)), outs, nil
 		}
@@ -277,20 +347,87 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		// tightest member (the fewest available), and charges every member
 		// alike; a plain strategy is its own one part.
 		tightBefore, tightAfter := slices.Min(before), slices.Min(after)
+		// fair checks that a round trip that took took units for a request
+		// of cost n took its whole fair share and no more: at most max(n,
+		// ⌊A/2⌋) of the A the tightest part held after the hand-back — so
+		// it left every part at least what it took, and took from each that
+		// less what it handed back — and (a hand-back only adds) at least
+		// the share of what the tightest held before it.
+		fair := func(took, n, want int64) string {
+			if took > want {
+				return fmt.Sprintf("%s: a lease took %d, more than it asked for, max(n, its size) = %d", where, took, want)
+			}
+			for j := range parts {
+				if net := before[j] - after[j]; net > max(n, tightAfter) {
+					return fmt.Sprintf("%s: the store (part %d, %s) went from %d to %d available: a lease took %d, more than the fair share (it left %d in the tightest part)",
+						where, j, parts[j].Desc, before[j], after[j], net, tightAfter)
+				}
+			}
+			if least := min(want, max(n, tightBefore/2)); took < least {
+				return fmt.Sprintf("%s: a lease took %d of %d available, less than the fair share %d", where, took, tightBefore, least)
+			}
+			return ""
+		}
 		switch decidedBy {
 		case fleetlimit.DecidedByLease:
-			// Served in process: only from a live lease that holds n.
-			if !couldServe {
-				return fmt.Sprintf("%s: admitted from a lease, but the instance's lease (%+v) cannot serve it", where, mine), outs, nil
+			// Served in process: only from a live lease that holds n, the
+			// older first.
+			if from < 0 {
+				return fmt.Sprintf("%s: admitted from a lease, but the instance's leases (%s) cannot serve it", where, desc), outs, nil
 			}
-			if mine.left -= ev.N; res.Remaining != mine.left {
-				return fmt.Sprintf("%s: Remaining %d, but the lease holds %d", where, res.Remaining, mine.left), outs, nil
+			l := mine[from]
+			l.left -= ev.N
+			want := l.left
+			if from == 0 && len(mine) == 2 {
+				want += mine[1].left
 			}
+			if res.Remaining != want {
+				return fmt.Sprintf("%s: Remaining %d, but the leases (%s before) hold %d", where, res.Remaining, desc, want), outs, nil
+			}
+			// Lease-ahead: a spend that leaves the last lease with at most
+			// half of what it asked for takes the next, once per lease (not for a penalty
+			// box), handing back the older if it was served by the newer.
+			if !plan.Ahead || penalized || from != len(mine)-1 || l.left > l.want/2 || l.started {
+				for j := range parts {
+					if before[j] != after[j] {
+						return fmt.Sprintf("%s: served from a lease with no round trip due, but the store (part %d) went from %d to %d available", where, j, before[j], after[j]), outs, nil
+					}
+				}
+				break
+			}
+			l.started = true
+			asked := plan.want(l, ev.At)
+			if asked != plan.Size {
+				counts.adapted++
+			}
+			counts.ahead++
+			if from == 1 {
+				counts.retired++
+				ledger.giveBack(ev.Key, mine[0], ev.At)
+				mine = mine[1:]
+			}
+			got := fleetlimit.LeaseLefts(rigs[inst].Limiter(), ev.Key)
+			if len(got) == len(mine) {
+				// Denied: only when the key has nothing left.
+				if tightBefore > 0 {
+					return fmt.Sprintf("%s: the lease taken ahead got nothing of %d available", where, tightBefore), outs, nil
+				}
+			} else if len(got) == len(mine)+1 {
+				took := got[len(got)-1]
+				ledger.add(ev.Key, ev.At, took)
+				if msg := fair(took, 1, asked); msg != "" {
+					return msg, outs, nil
+				}
+				mine = append(mine, &heldLease{left: took, at: ev.At, want: asked})
+				entries[inst][ev.Key] = ev.At
+			}
+			leases[inst][ev.Key] = mine
 		case fleetlimit.DecidedByStore:
-			// The round-trip bound: a round trip only when the lease cannot
-			// serve the request.
-			if couldServe {
-				return fmt.Sprintf("%s: a round trip while the instance's lease (%+v) held the cost", where, mine), outs, nil
+			waits[inst]++
+			// The round-trip bound: a round trip only when the leases
+			// cannot serve the request.
+			if from >= 0 {
+				return fmt.Sprintf("%s: a round trip while the instance's leases (%s) held the cost", where, desc), outs, nil
 			}
 			// Leases only where they pay: a round trip of a key the
 			// instance holds no lease of and decided none of exactly
@@ -309,39 +446,55 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 				break
 			}
 			delete(seen[inst], ev.Key)
-			delete(entries[inst], ev.Key)
-			ledger.giveBack(ev.Key, mine, ev.At)
-			delete(leases[inst], ev.Key) // handed back, or (a tier change) dropped
-			if !res.Allowed {
-				break
+			var newest *heldLease
+			if len(mine) > 0 {
+				newest = mine[len(mine)-1]
 			}
-			// The units the lease took: what it reports beyond the store's
-			// (a composite reports its tightest member's).
-			took := res.Remaining - tightAfter + ev.N
-			ledger.add(ev.Key, ev.At, took)
-			if took > max(ev.N, plan.Size) {
-				return fmt.Sprintf("%s: a lease took %d, more than max(n, size)", where, took), outs, nil
+			want := plan.want(newest, ev.At)
+			if want != plan.Size {
+				counts.adapted++
 			}
-			// The fair share, both ways: at most max(n, ⌊A/2⌋) of the A the
-			// tightest part held after the hand-back — so it left every
-			// part at least what it took, and took from each that less
-			// what it handed back — and (a hand-back only adds) at least
-			// the share of what the tightest held before it.
-			for j := range parts {
-				if net := before[j] - after[j]; net > max(ev.N, tightAfter) {
-					return fmt.Sprintf("%s: the store (part %d, %s) went from %d to %d available: a lease took %d, more than the fair share (it left %d in the tightest part)",
-						where, j, parts[j].Desc, before[j], after[j], net, tightAfter), outs, nil
+			// The older lease is handed back in the round trip; the newer
+			// (taken ahead) is kept if it is live, else handed back apart.
+			var kept []*heldLease
+			for j, l := range mine {
+				if j == 1 && serves(l, ev.At, 1) {
+					kept = append(kept, l)
+					counts.kept++
+				} else {
+					ledger.giveBack(ev.Key, l, ev.At)
 				}
 			}
-			if least := min(max(ev.N, plan.Size), max(ev.N, tightBefore/2)); took < least {
-				return fmt.Sprintf("%s: a lease took %d of %d available, less than the fair share %d", where, took, tightBefore, least), outs, nil
+			mine = kept
+			if res.Allowed {
+				// The units the lease took: what it reports beyond the
+				// store's (a composite reports its tightest member's).
+				took := res.Remaining - tightAfter + ev.N
+				ledger.add(ev.Key, ev.At, took)
+				if msg := fair(took, ev.N, max(ev.N, want)); msg != "" {
+					return msg, outs, nil
+				}
+				if took > ev.N {
+					mine = append(mine, &heldLease{left: took - ev.N, at: ev.At, want: want})
+				}
 			}
-			if took > ev.N {
-				leases[inst][ev.Key] = &heldLease{left: took - ev.N, at: ev.At}
-				entries[inst][ev.Key] = ev.At
+			if len(mine) == 0 {
+				delete(entries[inst], ev.Key)
+			} else {
+				entries[inst][ev.Key] = mine[len(mine)-1].at
 			}
+			leases[inst][ev.Key] = mine
 		default:
 			return fmt.Sprintf("%s: decided by %v with the store up", where, decidedBy), outs, nil
+		}
+		// The instance's leases are as followed from outside, and hold at
+		// most what one instance may; the decisions that waited on a round
+		// trip are its round trips.
+		if got, want := fleetlimit.LeaseLefts(rigs[inst].Limiter(), ev.Key), lefts(leases[inst][ev.Key]); !slices.Equal(got, want) {
+			return fmt.Sprintf("%s: the instance holds leases of %v, want %v (before: %s)", where, got, want, desc), outs, nil
+		}
+		if got := fleetlimit.LeaseWaits(rigs[inst].Limiter()); got != waits[inst] {
+			return fmt.Sprintf("%s: %d decisions counted as waiting on a round trip, want %d", where, got, waits[inst]), outs, nil
 		}
 		// Under-admission: the store is short of what the admitted
 		// requests alone would leave by at most the units held in leases
@@ -349,12 +502,17 @@ func checkLeases(st store.Store, s proptest.Scenario) (string, []proptest.Outcom
 		// be banning the key, when the peek shows nothing of the store.
 		var inLeases int64
 		for j := range leases {
-			if l := leases[j][ev.Key]; l != nil {
-				inLeases += l.left
+			var mineHeld int64
+			for _, l := range leases[j][ev.Key] {
+				mineHeld += l.left
 			}
+			if mineHeld > plan.most() {
+				return fmt.Sprintf("%s: instance %d holds %d units in leases, more than %d", where, j, mineHeld, plan.most()), outs, nil
+			}
+			inLeases += mineHeld
 		}
 		if inLeases > held {
-			return fmt.Sprintf("%s: the fleet holds %d units in leases, more than K·(size−1) = %d", where, inLeases, held), outs, nil
+			return fmt.Sprintf("%s: the fleet holds %d units in leases, more than H = %d", where, inLeases, held), outs, nil
 		}
 		if penalized && !peek.Allowed {
 			continue
@@ -492,8 +650,19 @@ func newLeaseLedger(sc proptest.StratCase) *chargeModel {
 // units it holds (a round trip's Remaining beyond the store's, less what
 // was spent since) and when it was taken.
 type heldLease struct {
-	left int64
-	at   time.Time
+	left    int64
+	at      time.Time
+	started bool  // a round trip to take the next lease ahead was started for it
+	want    int64 // the size it asked for (leasePlan.want)
+}
+
+// lefts is what each of ls holds.
+func lefts(ls []*heldLease) []int64 {
+	var out []int64
+	for _, l := range ls {
+		out = append(out, l.left)
+	}
+	return out
 }
 
 // available is the whole units a key can still admit, from a peek at a
@@ -886,55 +1055,63 @@ func TestCounterLeaseHandBack(t *testing.T) {
 // Leases under real concurrency and the store's clock (Redis TIME, or the
 // memory store's): K = 4 instances with leases of 8 share a token bucket of
 // 100 per hour; 8 goroutines send 60 requests each to random instances.
-// The fleet admits at most burst + the refill + K·(size−1), and once every
+// The fleet admits at most burst + the refill + H (K·(size−1), with
+// lease-ahead K·(size + ⌊size/2⌋)), and once every
 // instance has closed (handing its leases back) the store is short of
 // exactly what was admitted, less what refilled.
 func TestLeasesConcurrent(t *testing.T) {
 	const k, size, burst = 4, 8, 100
 	for name, st := range stores.All(t) {
-		t.Run(name, func(t *testing.T) {
-			p := redistest.Prefix()
-			newLim := func(opts ...fleetlimit.Option) *fleetlimit.Limiter {
-				l, err := fleetlimit.New(algorithm.TokenBucket(1, time.Hour, burst), st, append([]fleetlimit.Option{
-					fleetlimit.WithKeyPrefix(p), fleetlimit.WithTimeout(proptest.Timeout)}, opts...)...)
-				require.NoError(t, err)
-				return l
-			}
-			var fleet [k]*fleetlimit.Limiter
-			for i := range fleet {
-				fleet[i] = newLim(fleetlimit.WithLeases(size, time.Hour))
-			}
-			start := time.Now()
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for g := range 8 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					r := rand.New(rand.NewSource(int64(g)))
-					for range 60 {
-						res, err := fleet[r.Intn(k)].Allow(bg, "hot")
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if res.Allowed {
-							admitted.Add(1)
-						}
+		for _, ahead := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ahead=%v", name, ahead), func(t *testing.T) {
+				p := redistest.Prefix()
+				newLim := func(opts ...fleetlimit.Option) *fleetlimit.Limiter {
+					l, err := fleetlimit.New(algorithm.TokenBucket(1, time.Hour, burst), st, append([]fleetlimit.Option{
+						fleetlimit.WithKeyPrefix(p), fleetlimit.WithTimeout(proptest.Timeout)}, opts...)...)
+					require.NoError(t, err)
+					return l
+				}
+				var fleet [k]*fleetlimit.Limiter
+				held := int64(k * (size - 1))
+				for i := range fleet {
+					if ahead {
+						fleet[i], held = newLim(fleetlimit.WithLeases(size, time.Hour), fleetlimit.WithLeaseAhead()), k*(size+size/2)
+					} else {
+						fleet[i] = newLim(fleetlimit.WithLeases(size, time.Hour))
 					}
-				}()
-			}
-			wg.Wait()
-			for _, l := range fleet {
-				require.NoError(t, l.Close())
-			}
-			refill := int64(time.Since(start)/time.Hour) + 1
-			require.LessOrEqual(t, admitted.Load(), burst+refill+k*(size-1))
-			peek, err := newLim().Peek(bg, "hot", 1)
-			require.NoError(t, err)
-			require.GreaterOrEqual(t, available(peek), burst-admitted.Load(), "units lost after every lease was handed back")
-			require.LessOrEqual(t, available(peek), burst-admitted.Load()+refill)
-		})
+				}
+				start := time.Now()
+				var admitted atomic.Int64
+				var wg sync.WaitGroup
+				for g := range 8 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						r := rand.New(rand.NewSource(int64(g)))
+						for range 60 {
+							res, err := fleet[r.Intn(k)].Allow(bg, "hot")
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if res.Allowed {
+								admitted.Add(1)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				for _, l := range fleet {
+					require.NoError(t, l.Close())
+				}
+				refill := int64(time.Since(start)/time.Hour) + 1
+				require.LessOrEqual(t, admitted.Load(), burst+refill+held)
+				peek, err := newLim().Peek(bg, "hot", 1)
+				require.NoError(t, err)
+				require.GreaterOrEqual(t, available(peek), burst-admitted.Load(), "units lost after every lease was handed back")
+				require.LessOrEqual(t, available(peek), burst-admitted.Load()+refill)
+			})
+		}
 	}
 }
 

@@ -137,6 +137,11 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		}
 		l.sweep = &sweeper{l: l, afterFunc: time.AfterFunc}
 		l.leases = lease.New(cfg.leaseSize, cfg.leaseMaxAge, clock, l.sweep.arm)
+		if err := l.leaseOptions(); err != nil {
+			return nil, err
+		}
+	} else if cfg.leaseAhead || cfg.leaseFloor != 0 {
+		return nil, fmt.Errorf("%w: WithLeaseAhead and WithLeaseFloor need WithLeases", ErrInvalidConfig)
 	}
 	l.buildModes()
 	l.buildReserveModes()
@@ -494,6 +499,9 @@ func (l *Limiter) remote(ctx context.Context, c *call) error {
 	if c.ci, c.probe, ok = l.cfg.breaker.admit(c.m.op, c.req.Key, l.cfg.timeout); !ok {
 		c.o = outcomeCircuitOpen
 		return errCircuitOpen
+	}
+	if c.m.leases != nil {
+		c.m.leases.CountWait(&c.lease)
 	}
 	var served bool
 	var err error

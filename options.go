@@ -47,6 +47,8 @@ type config struct {
 	denialKeys        int                                                       // WithDenialCache; 0: none
 	leaseSize         int64                                                     // WithLeases; 0: none
 	leaseMaxAge       time.Duration                                             // WithLeases
+	leaseAhead        bool                                                      // WithLeaseAhead
+	leaseFloor        int64                                                     // WithLeaseFloor; 0: sizes fixed
 	penalty           *algorithm.Penalty
 	overrides         time.Duration // WithOverrides' refresh; 0: none
 	maxDebt           int64         // WithMaxDebt; -1: the limit (reserve.go)

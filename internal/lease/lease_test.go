@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -248,5 +250,122 @@ func TestFirstLeasesOnlyRepeatTraffic(t *testing.T) {
 	}
 	if tab.First("c", t0) {
 		t.Error("First of a key with a lease")
+	}
+}
+
+// aheadTrips is an AheadTrip that grants units and records the terms it
+// was given, or fails with err.
+type aheadTrips struct {
+	mu    sync.Mutex
+	terms []algorithm.LeaseTerms
+	units int64
+	err   error
+}
+
+func (a *aheadTrips) trip(_ string, _ algorithm.Strategy, _, _ time.Time, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.terms = append(a.terms, terms)
+	if a.err != nil {
+		return algorithm.Grant{}, a.err
+	}
+	return algorithm.Grant{Units: a.units, At: int64(len(a.terms)), Decision: algorithm.Decision{Allowed: true, Limit: 100}}, nil
+}
+
+func (a *aheadTrips) got() []algorithm.LeaseTerms {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.terms)
+}
+
+// Lease-ahead step by step: a spend that leaves the last lease at or below
+// ⌊size/2⌋ takes the next in the background, once per lease; a spend from
+// the newer lease retires the older, whose units go back in the next
+// lease's round trip; an instance never holds more than two leases.
+func TestAheadTakesTheNextLease(t *testing.T) {
+	tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
+	a := &aheadTrips{units: 10}
+	tab.Ahead(a.trip, nil, time.Minute)
+	var terms []algorithm.LeaseTerms
+	c := &Call{Deadline: later()}
+	if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, c, grant(10, 7, &terms)); err != nil {
+		t.Fatal(err)
+	}
+	if tab.Waited() != 1 {
+		t.Fatalf("Waited = %d after a round trip, want 1", tab.Waited())
+	}
+	// 9 left: spends down to 6 start nothing; the one leaving 5 does.
+	for range 3 {
+		tab.Spend("k", tb, 1, t0, false)
+	}
+	tab.Settle()
+	if got := a.got(); len(got) != 0 {
+		t.Fatalf("a round trip ahead at 6 left: %+v", got)
+	}
+	if d, ok := tab.Spend("k", tb, 1, t0, false); !ok || d.Remaining != 5 {
+		t.Fatalf("spend = %+v, %v", d, ok)
+	}
+	tab.Settle()
+	if got := a.got(); !slices.Equal(got, []algorithm.LeaseTerms{{Want: 10}}) || !slices.Equal(tab.Lefts("k"), []int64{5, 10}) {
+		t.Fatalf("terms %+v, leases %v; want one round trip for 10, leases [5 10]", got, tab.Lefts("k"))
+	}
+	// Remaining counts both leases; spending the older starts nothing.
+	if d, ok := tab.Spend("k", tb, 3, t0, false); !ok || d.Remaining != 12 {
+		t.Fatalf("spend of 3 = %+v, %v; want Remaining 2+10", d, ok)
+	}
+	// A cost of 3 skips the older (2 left) for the newer: 7 left, above
+	// the threshold; the next 3 leave 4 and retire the older's 2.
+	for range 2 {
+		if _, ok := tab.Spend("k", tb, 3, t0, false); !ok {
+			t.Fatal("a spend of 3 from the newer lease failed")
+		}
+	}
+	tab.Settle()
+	if got := a.got(); len(got) != 2 || got[1] != (algorithm.LeaseTerms{Want: 10, Back: 2, BackAt: 7}) {
+		t.Fatalf("terms %+v; want the second to hand back the older's 2", got)
+	}
+	if !slices.Equal(tab.Lefts("k"), []int64{4, 10}) {
+		t.Fatalf("leases %v; want [4 10]: the older retired, the newer and the next", tab.Lefts("k"))
+	}
+	if tab.Waited() != 1 {
+		t.Errorf("Waited = %d, want 1: every spend was served at once", tab.Waited())
+	}
+}
+
+// A round trip ahead that the breaker refuses (nothing sent) leaves the
+// older lease its units; one that fails loses them (a failed hand-back is
+// lost) and installs nothing; either way each lease starts one at most.
+func TestAheadTripFailures(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want []int64
+	}{
+		// Not sent: the older keeps its 1, which the last spend takes.
+		{fmt.Errorf("breaker open: %w", ErrNotSent), []int64{0, 4}},
+		// Failed: the older's 1 is gone with the hand-back; the newer
+		// serves the last spend and starts no second round trip.
+		{errors.New("store down"), []int64{3}},
+	} {
+		tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
+		a := &aheadTrips{units: 10}
+		tab.Ahead(a.trip, nil, time.Minute)
+		var terms []algorithm.LeaseTerms
+		if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, &Call{Deadline: later()}, grant(10, 7, &terms)); err != nil {
+			t.Fatal(err)
+		}
+		tab.Spend("k", tb, 4, t0, false) // 5 left: the next, ahead
+		tab.Settle()
+		a.err = c.err
+		tab.Spend("k", tb, 4, t0, false) // 1 left in the older
+		tab.Spend("k", tb, 6, t0, false) // from the newer: 4 left, retiring the older's 1
+		tab.Settle()
+		tab.Spend("k", tb, 1, t0, false) // the newer has started its one round trip
+		tab.Settle()
+		if got := a.got(); len(got) != 2 || got[1] != (algorithm.LeaseTerms{Want: 10, Back: 1, BackAt: 7}) {
+			t.Errorf("%v: terms %+v", c.err, got)
+		}
+		if got := tab.Lefts("k"); !slices.Equal(got, c.want) {
+			t.Errorf("%v: leases %v, want %v", c.err, got, c.want)
+		}
 	}
 }

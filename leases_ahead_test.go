@@ -1,0 +1,164 @@
+package fleetlimit_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/fakeclock"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
+	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
+	"github.com/fleetlimit/fleetlimit/store"
+)
+
+// A hot key with lease-ahead, on every store: once its first lease is
+// held, no decision waits on a round trip while the key has capacity —
+// each lease taken ahead lands (here: the test waits for it, as a round
+// trip shorter than ⌊size/2⌋ decisions would) before the one being spent
+// is — and the round trips per decision stay 1/size. Without lease-ahead
+// every lease's end is a decision that waits.
+func TestLeaseAheadHotKeyNeverWaits(t *testing.T) {
+	const size, decisions = 64, 64 * 40
+	for name, st := range stores.All(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, ahead := range []bool{false, true} {
+				var trips atomic.Int64
+				opts := []fleetlimit.Option{fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(proptest.Timeout),
+					fleetlimit.WithLeases(size, time.Hour)}
+				if ahead {
+					opts = append(opts, fleetlimit.WithLeaseAhead())
+				}
+				l, err := fleetlimit.New(algorithm.TokenBucket(1_000_000, time.Second, 1_000_000), countLeases{st, &trips}, opts...)
+				require.NoError(t, err)
+				for range decisions {
+					res, err := l.Allow(bg, "hot")
+					require.NoError(t, err)
+					require.True(t, res.Allowed)
+					fleetlimit.SettleLeases(l)
+				}
+				waits := fleetlimit.LeaseWaits(l)
+				if ahead {
+					// The key's first decision (exact) and its first lease.
+					require.Equal(t, int64(2), waits, "decisions that waited on a round trip")
+				} else {
+					require.Equal(t, int64(1+(decisions-1+size-1)/size), waits, "without lease-ahead: the exact decision and one per lease")
+				}
+				require.LessOrEqual(t, trips.Load(), int64(1+(decisions+size-1)/size), "lease round trips")
+				require.NoError(t, l.Close())
+			}
+		})
+	}
+}
+
+// countLeases is a store counting its Lease calls.
+type countLeases struct {
+	store.Store
+	n *atomic.Int64
+}
+
+func (c countLeases) Lease(ctx context.Context, req store.Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+	c.n.Add(1)
+	return c.Store.(store.Leaser).Lease(ctx, req, terms)
+}
+
+// Close waits for a round trip taking a lease ahead and hands back what
+// it took: no goroutine outlives Close, no unit is held after it.
+func TestLeaseAheadCloseWaitsForTheRoundTrip(t *testing.T) {
+	mem := stores.Memory(t)
+	st := &gatedLeases{Store: mem, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	p := redistest.Prefix()
+	l, err := fleetlimit.New(algorithm.FixedWindow(100, time.Hour), st, fleetlimit.WithKeyPrefix(p),
+		fleetlimit.WithTimeout(time.Minute), fleetlimit.WithLeases(10, time.Hour), fleetlimit.WithLeaseAhead())
+	require.NoError(t, err)
+	exact, err := fleetlimit.New(algorithm.FixedWindow(100, time.Hour), mem, fleetlimit.WithKeyPrefix(p))
+	require.NoError(t, err)
+	fleetlimit.LeaseFromTheFirst(l)
+	for range 5 { // a lease of 10: 9, 8 … 5 left; the spend leaving 5 goes ahead
+		res, err := l.Allow(bg, "k")
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+	st.gate.Store(true)
+	res, err := l.Allow(bg, "k") // 4 left, the next lease ahead held at the gate
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	<-st.entered
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a round trip taking a lease ahead was in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(st.release)
+	require.NoError(t, <-closed)
+	peek, err := exact.Peek(bg, "k", 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(100-6), available(peek), "after Close the store is short of exactly the 6 admitted")
+	_, err = fleetlimit.New(algorithm.FixedWindow(100, time.Hour), mem, fleetlimit.WithLeaseAhead())
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, "WithLeaseAhead without WithLeases")
+}
+
+// gatedLeases is a store whose Lease calls, once gate is set, announce
+// themselves on entered and wait for release.
+type gatedLeases struct {
+	store.Store
+	gate             atomic.Bool
+	entered, release chan struct{}
+}
+
+func (g *gatedLeases) Lease(ctx context.Context, req store.Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+	if g.gate.Load() && terms.Want > 0 {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return g.Store.(store.Leaser).Lease(ctx, req, terms)
+}
+
+// Adaptive sizes step by step (memory, a virtual clock): a hot key's
+// leases double from the floor to size; an instance gone quiet asks for
+// half once a lease ages out mostly unspent.
+func TestLeaseFloorSteps(t *testing.T) {
+	st := stores.Memory(t)
+	clock := &fakeclock.Clock{}
+	clock.Set(proptest.Epoch)
+	l, err := fleetlimit.New(algorithm.FixedWindow(1000, time.Hour), st, fleetlimit.WithKeyPrefix(redistest.Prefix()),
+		fleetlimit.WithClock(clock.Now), fleetlimit.WithLeases(16, time.Minute), fleetlimit.WithLeaseFloor(2))
+	require.NoError(t, err)
+	fleetlimit.LeaseFromTheFirst(l)
+	var sizes []int64
+	for range 2 + 4 + 8 + 16 + 16 {
+		lefts := fleetlimit.LeaseLefts(l, "k")
+		res, err := l.Allow(bg, "k")
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+		if len(lefts) == 0 || lefts[0] == 0 { // this request took a lease
+			sizes = append(sizes, fleetlimit.LeaseLefts(l, "k")[0]+1)
+		}
+	}
+	require.Equal(t, []int64{2, 4, 8, 16, 16}, sizes, "each lease spent at once: twice the last, up to size")
+	// The last spent late (a minute on) asks for as many, 16; it ages out
+	// with 15 unspent: the next asks for half, 8.
+	clock.Set(proptest.Epoch.Add(time.Minute))
+	_, err = l.Allow(bg, "k")
+	require.NoError(t, err)
+	require.Equal(t, []int64{15}, fleetlimit.LeaseLefts(l, "k"))
+	clock.Set(proptest.Epoch.Add(2 * time.Minute))
+	_, err = l.Allow(bg, "k")
+	require.NoError(t, err)
+	require.Equal(t, []int64{7}, fleetlimit.LeaseLefts(l, "k"))
+	for _, opts := range [][]fleetlimit.Option{
+		{fleetlimit.WithLeases(16, time.Minute), fleetlimit.WithLeaseFloor(17)},
+		{fleetlimit.WithLeases(16, time.Minute), fleetlimit.WithLeaseFloor(1)},
+		{fleetlimit.WithLeaseFloor(2)},
+	} {
+		_, err := fleetlimit.New(algorithm.FixedWindow(1000, time.Hour), st, opts...)
+		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
+	}
+}
