@@ -49,3 +49,13 @@ func LeaseFromTheFirst(l *Limiter) *Limiter {
 	l.leases.LeaseFirst()
 	return l
 }
+
+// RefreshRegistry writes l's registry entry again now, as its refresh
+// goroutine does at each tick, and reports the conflicts it finds.
+func RefreshRegistry(l *Limiter) { l.reg.refresh() }
+
+// RegistryDone is closed when l's registry refresh goroutine has ended.
+func RegistryDone(l *Limiter) <-chan struct{} { return l.reg.done }
+
+// RegistryInstance is l's instance id in the registry.
+func RegistryInstance(l *Limiter) string { return l.reg.instance }

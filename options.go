@@ -49,6 +49,8 @@ type config struct {
 	leaseMaxAge       time.Duration                                             // WithLeases
 	penalty           *algorithm.Penalty
 	overrides         time.Duration // WithOverrides' refresh; 0: none
+	registryTTL       time.Duration // WithRegistry; 0: none
+	strictRegistry    bool          // WithStrictRegistry
 
 	errs []error
 }
