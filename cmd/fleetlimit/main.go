@@ -18,7 +18,11 @@
 // The limiter is named as its code builds it: -rule is its strategy in
 // the text form (algorithm.Parse), -name its WithName, or -prefix its
 // WithKeyPrefix (neither: the unnamed limiter's prefix, made from its
-// rule). The fleet's instances apply a write within their refresh bound
+// rule). A rule in a penalty box, "penalize(RULE, after ...)", is the
+// limiter built from RULE with WithPenalty, as the application builds it:
+// an override is stored as the rule alone (the limiter puts it in its own
+// box), and "set" takes it with the limiter's box or without any.
+// The fleet's instances apply a write within their refresh bound
 // (fleetlimit.WithOverrides: 2x the refresh, 1s by default).
 //
 // The store: -redis host:port (standalone) or -cluster host:port,... ,
@@ -76,7 +80,10 @@ type cli struct {
 	out      io.Writer
 	json     bool
 	limiter  *fleetlimit.Limiter
-	rule     algorithm.Strategy
+	rule     algorithm.Strategy // as -rule gave it
+	box      *algorithm.Penalty // the rule's penalty box; nil: none
+	store    store.Store
+	timeout  time.Duration
 	describe string   // the limiter, for messages
 	close    []func() // what setUp opened, to close at the end
 }
@@ -111,7 +118,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			f()
 		}
 	}()
-	err := c.setUp(ctx, *addr, *cluster, *username, *password, *useTLS, *ruleText, *name, *prefix, *timeout)
+	command := ""
+	if len(pos) > 0 {
+		command = pos[0]
+	}
+	err := c.setUp(ctx, command, *addr, *cluster, *username, *password, *useTLS, *ruleText, *name, *prefix, *timeout)
 	if err == nil {
 		err = c.do(ctx, pos)
 	}
@@ -151,17 +162,21 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, bool) {
 	}
 }
 
-// setUp connects to the store and builds the limiter.
-func (c *cli) setUp(ctx context.Context, addr, cluster, username, password string, useTLS bool, ruleText, name, prefix string, timeout time.Duration) error {
+// setUp connects to the store and, unless the command is limiters (which
+// reads the fleet's registry), builds the limiter.
+func (c *cli) setUp(ctx context.Context, command, addr, cluster, username, password string, useTLS bool, ruleText, name, prefix string, timeout time.Duration) error {
 	if (addr == "") == (cluster == "") {
 		return usagef("give one of -redis and -cluster")
 	}
-	if ruleText == "" {
-		return usagef("give -rule: the limiter's rule in the text form")
-	}
-	s, err := algorithm.Parse(ruleText)
-	if err != nil {
-		return err
+	var s algorithm.Strategy
+	if command != "limiters" {
+		if ruleText == "" {
+			return usagef("give -rule: the limiter's rule in the text form")
+		}
+		var err error
+		if s, err = algorithm.Parse(ruleText); err != nil {
+			return err
+		}
 	}
 	var tlsConf *tls.Config
 	if useTLS {
@@ -179,6 +194,10 @@ func (c *cli) setUp(ctx context.Context, addr, cluster, username, password strin
 		return err
 	}
 	c.close = append(c.close, func() { _ = st.Close() })
+	c.store, c.timeout = st, timeout
+	if s == nil {
+		return nil
+	}
 	opts := []fleetlimit.Option{fleetlimit.WithOverrides(0), fleetlimit.WithoutBreaker(), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed), fleetlimit.WithTimeout(timeout)}
 	if name != "" {
 		opts = append(opts, fleetlimit.WithName(name))
@@ -186,11 +205,18 @@ func (c *cli) setUp(ctx context.Context, addr, cluster, username, password strin
 	if prefix != "" {
 		opts = append(opts, fleetlimit.WithKeyPrefix(prefix))
 	}
-	l, err := fleetlimit.New(s, st, opts...)
+	// A penalty box is built as the application builds it, WithPenalty
+	// around its strategy: its keys' prefix and its overrides are then
+	// the application's.
+	inner, box := unbox(s)
+	if box != nil {
+		opts = append(opts, fleetlimit.WithPenalty(box.After, box.Within, box.Ban, box.MaxBan))
+	}
+	l, err := fleetlimit.New(inner, st, opts...)
 	if err != nil {
 		return err
 	}
-	c.limiter, c.rule = l, s
+	c.limiter, c.rule, c.box = l, s, box
 	c.describe = fmt.Sprintf("limiter %s (keys %s*)", l.Name(), l.KeyPrefix())
 	return nil
 }
@@ -241,7 +267,7 @@ func (c *cli) do(ctx context.Context, args []string) error {
 		}
 		return c.did("unblock", args[1], "unblocked key %q of %s (%v of its block was left)", args[1], c.describe, was.TTL.Round(time.Millisecond))
 	case "set":
-		s, err := algorithm.Parse(args[2])
+		s, err := c.override(args[2])
 		if err != nil {
 			return err
 		}
@@ -268,6 +294,39 @@ func (c *cli) do(ctx context.Context, args []string) error {
 		return c.did("clear", args[1], "cleared the override %q of key %q of %s (%v of it was left): the limiter's own rule decides it again", was.Text, args[1], c.describe, was.TTL.Round(time.Millisecond))
 	}
 	return nil
+}
+
+// unbox splits s into the strategy inside its penalty box and the box;
+// a strategy without one is itself, with no box.
+func unbox(s algorithm.Strategy) (algorithm.Strategy, *algorithm.Penalty) {
+	p, ok := s.(interface {
+		Unwrap() algorithm.Strategy
+		Penalty() algorithm.Penalty
+	})
+	if !ok {
+		return s, nil
+	}
+	box := p.Penalty()
+	return p.Unwrap(), &box
+}
+
+// override reads set's rule: the limiter puts an override in its own
+// penalty box, so one written with that box is stored without it, and
+// one with another box is refused (an override changes the limit, not
+// the box).
+func (c *cli) override(text string) (algorithm.Strategy, error) {
+	s, err := algorithm.Parse(text)
+	if err != nil {
+		return nil, err
+	}
+	inner, box := unbox(s)
+	switch {
+	case box == nil:
+		return s, nil
+	case c.box == nil || *box != *c.box:
+		return nil, usagef("override %q has a penalty box, and not the limiter's: an override changes the limit, and the limiter keeps its own box (give the rule alone)", text)
+	}
+	return inner, nil
 }
 
 // duration reads a command's duration (Go's, or whole days).

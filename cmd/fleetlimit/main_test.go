@@ -172,3 +172,58 @@ func TestCommandComposite(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, out.String())
 	}
 }
+
+// TestCommandPenaltyBox: for a limiter built with WithPenalty, the tool
+// given its rule in the text form (penalize(...)) writes overrides the
+// application applies (the inner rule: the limiter puts it in its own
+// box), whether the override is written with the box or without it, and
+// names the application's keys (an unnamed limiter's prefix is its inner
+// rule's); an override with another box is bad input.
+func TestCommandPenaltyBox(t *testing.T) {
+	ctx := context.Background()
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			name := "cli" + strings.Trim(strings.TrimPrefix(redistest.Prefix(), "test:"), ":")
+			const rule = "penalize(sliding_window_log 3/1h, after 2 within 1m ban 10s max 1h)"
+			st := stores.Redis(t, tg.client(t))
+			app := func(opts ...fleetlimit.Option) *fleetlimit.Limiter {
+				l, err := fleetlimit.New(algorithm.SlidingWindowLog(3, time.Hour), st, append([]fleetlimit.Option{fleetlimit.WithOverrides(0),
+					fleetlimit.WithPenalty(2, time.Minute, 10*time.Second, time.Hour)}, opts...)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			tool := func(want int, args ...string) string {
+				t.Helper()
+				var out, errs bytes.Buffer
+				if code := run(ctx, append(append([]string{}, tg.flag...), args...), &out, &errs); code != want {
+					t.Fatalf("fleetlimit %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errs.String())
+				}
+				return out.String()
+			}
+			named := []string{"-name", name, "-rule", rule}
+			tool(0, append(named, "set", "alice", "sliding_window_log 10/1h", "1d")...)
+			tool(0, append(named, "set", "bob", "penalize(sliding_window_log 20/1h, after 2 within 1m ban 10s max 1h)", "1d")...)
+			tool(2, append(named, "set", "dave", "penalize(sliding_window_log 20/1h, after 5 within 1m ban 10s max 1h)", "1d")...)
+			a := app(fleetlimit.WithName(name))
+			for key, limit := range map[string]int64{"alice": 10, "bob": 20, "dave": 3} {
+				if res, err := a.Allow(ctx, key); err != nil || !res.Allowed || res.Limit != limit {
+					t.Fatalf("the application decides %s: %+v, %v; want limit %d", key, res, err, limit)
+				}
+			}
+			// Unnamed: the tool reads the keys the application spends.
+			key := name + "-carol"
+			if res, err := app().Allow(ctx, key); err != nil || !res.Allowed {
+				t.Fatalf("unnamed application: %+v, %v", res, err)
+			}
+			var state jsonState
+			if err := json.Unmarshal([]byte(tool(0, "-rule", rule, "-json", "show", key)), &state); err != nil {
+				t.Fatal(err)
+			}
+			if state.Remaining != 1 || state.Rule != rule {
+				t.Fatalf("show of the unnamed limiter's key: %+v; want 1 left after this 1 and the application's 1", state)
+			}
+		})
+	}
+}
