@@ -61,8 +61,13 @@ var (
 // works again), New then returns the limiter all the same, after at most
 // the limiter's timeout, and the next refresh writes again.
 //
+// Entries are timed by the store's clock (Redis TIME), never WithClock's:
+// the registry tells live processes from dead ones, in real time.
+//
 // It is off by default: it costs New a round trip and a goroutine that
-// lives until Close, which a limiter without it never needs.
+// lives until Close, which a limiter without it never needs (and which
+// would change what New costs, and what Close must be called for, in
+// every program written before it).
 //
 // ttl must be between 30ms and one hour; 0 means DefaultRegistryTTL
 // (30s). The store must implement store.Registrar (Memory, for one
@@ -139,14 +144,14 @@ type Instance struct {
 // Registered lists the limiters the fleet runs, from the registry in st
 // (see WithRegistry), sorted by name, prefix and rule: over Redis, one
 // SCAN pass over every server for the names (never KEYS) and one read per
-// name, bounded by ctx. It returns an error wrapping ErrInvalidConfig for
-// a store that keeps no registry (store.Registrar), and the listing of the
+// name, bounded by ctx. It returns an error wrapping errors.ErrUnsupported
+// for a store that keeps no registry (store.Registrar), and the listing of the
 // first store.MaxRegistryNames names with ErrRegistryTruncated when there
 // are more.
 func Registered(ctx context.Context, st store.Store) ([]Registration, error) {
 	g, ok := st.(store.Registrar)
 	if !ok || isNil(st) {
-		return nil, fmt.Errorf("%w: the %T store keeps no registry (store.Registrar)", ErrInvalidConfig, st)
+		return nil, fmt.Errorf("fleetlimit: the %T store keeps no registry (store.Registrar): %w", st, errors.ErrUnsupported)
 	}
 	es, truncated, err := g.Registry(ctx, time.Time{})
 	if err != nil {

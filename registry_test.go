@@ -15,6 +15,7 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/spy"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -283,7 +284,7 @@ func TestRegistryStoreDown(t *testing.T) {
 }
 
 // TestRegistryOptions: bad ttls and stores without a registry are New's
-// errors.
+// errors; Registered over a store without one is errors.ErrUnsupported.
 func TestRegistryOptions(t *testing.T) {
 	st := stores.Memory(t)
 	for _, ttl := range []time.Duration{-time.Second, time.Millisecond, 2 * time.Hour} {
@@ -291,7 +292,13 @@ func TestRegistryOptions(t *testing.T) {
 			t.Fatalf("ttl %v: %v, want ErrInvalidConfig", ttl, err)
 		}
 	}
-	if _, err := fleetlimit.Registered(context.Background(), nil); !errors.Is(err, fleetlimit.ErrInvalidConfig) {
-		t.Fatalf("Registered(nil): %v", err)
+	plain := &spy.Store{Store: st} // a Store, and no Registrar
+	if _, err := fleetlimit.New(algorithm.FixedWindow(5, time.Second), plain, fleetlimit.WithRegistry(0)); !errors.Is(err, fleetlimit.ErrInvalidConfig) {
+		t.Fatalf("WithRegistry over a store without a registry: %v, want ErrInvalidConfig", err)
+	}
+	for _, s := range []store.Store{nil, plain} {
+		if _, err := fleetlimit.Registered(context.Background(), s); !errors.Is(err, errors.ErrUnsupported) {
+			t.Fatalf("Registered(%T): %v, want errors.ErrUnsupported", s, err)
+		}
 	}
 }
