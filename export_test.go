@@ -59,3 +59,13 @@ func LeaseWaits(l *Limiter) int64 { return l.leases.Waited() }
 
 // LeaseLefts is what each lease l holds of key holds, the older first.
 func LeaseLefts(l *Limiter, key string) []int64 { return l.leases.Lefts(key) }
+
+// RefreshRegistry writes l's registry entry again now, as its refresh
+// goroutine does at each tick, and reports the conflicts it finds.
+func RefreshRegistry(l *Limiter) { l.reg.refresh() }
+
+// RegistryDone is closed when l's registry refresh goroutine has ended.
+func RegistryDone(l *Limiter) <-chan struct{} { return l.reg.done }
+
+// RegistryInstance is l's instance id in the registry.
+func RegistryInstance(l *Limiter) string { return l.reg.instance }

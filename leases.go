@@ -380,8 +380,11 @@ const handBackConcurrency = 16
 // per key (at most 16 at a time), each bounded by the limiter's timeout,
 // and returns the errors of those that failed (their units return as the
 // keys refill). Without WithLeases it does nothing. The limiter stays
-// usable: a later decision takes a new lease.
+// usable: a later decision takes a new lease. With WithRegistry, Close
+// first stops the registry's refresh and removes the instance's entry (a
+// failed removal leaves it to expire); later calls do nothing more.
 func (l *Limiter) Close() error {
+	l.reg.close()
 	if l.leases == nil {
 		return nil
 	}

@@ -64,6 +64,7 @@ type Limiter struct {
 	sweep    *sweeper       // the leases' sweep; nil without WithLeases
 	skew     *skewWatch     // nil without WithClock, or over a store without a clock
 	ov       *overrideTable // nil without WithOverrides
+	reg      *registration  // nil without WithRegistry
 	// The pipeline's modes, one per entry point.
 	allow, peek, refund mode
 	holds               holdModes    // Acquire's, Release's and Renew's (permit.go)
@@ -111,6 +112,8 @@ type mode struct {
 // algorithm but another strategy's parameters: the two would silently share
 // keys under different rules. Limiters with the same strategy, name and
 // prefix are one limit, as a fleet's instances are.
+// With WithStrictRegistry it also fails (ErrRuleConflict) when a live
+// instance of the fleet runs the name and prefix under another rule.
 func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error) {
 	cfg, err := configure(s, st, opts)
 	if err != nil {
@@ -154,6 +157,9 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		return nil, err
 	}
 	if err := claimKeys(l); err != nil {
+		return nil, err
+	}
+	if l.reg, err = register(l); err != nil {
 		return nil, err
 	}
 	return l, nil

@@ -52,6 +52,8 @@ type config struct {
 	penalty           *algorithm.Penalty
 	overrides         time.Duration // WithOverrides' refresh; 0: none
 	maxDebt           int64         // WithMaxDebt; -1: the limit (reserve.go)
+	registryTTL       time.Duration // WithRegistry; 0: none
+	strictRegistry    bool          // WithStrictRegistry
 
 	errs []error
 }

@@ -68,6 +68,10 @@ func (o slogObserver) Observe(e Event) {
 	o.log.LogAttrs(ctx, level, msg, attrs...)
 }
 
+// ObserveConflict logs a registry conflict (see ConflictObserver) at
+// Error.
+func (o slogObserver) ObserveConflict(c Conflict) { logConflict(o.log, c) }
+
 // ObserveSkew logs a clock-skew report (see SkewObserver): at Warn when
 // the limiter's clock is skewed from its store's, at Info when they agree
 // again, with the name, the offset and the threshold.

@@ -136,6 +136,9 @@ type penalized struct {
 // Unwrap returns the strategy the penalty box is around.
 func (s *penalized) Unwrap() Strategy { return s.inner }
 
+// Penalty returns the penalty box's parameters.
+func (s *penalized) Penalty() Penalty { return s.p }
+
 func (s *penalized) Name() string {
 	if s.inner == nil {
 		return "penalty"

@@ -49,6 +49,7 @@ type Memory struct {
 	sweeping   sync.Mutex   // one Sweep at a time
 	closed     atomic.Bool
 	overrides  memoryOverrides // see Overrider
+	registry   memoryRegistry  // see Registrar
 	stop       chan struct{}
 	done       chan struct{}
 }

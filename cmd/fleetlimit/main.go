@@ -1,12 +1,15 @@
 // Command fleetlimit is the on-call engineer's tool for a fleet's limits:
-// it lists a limiter's overrides and blocks, shows a key's state, resets
-// it, blocks and unblocks it, and sets and clears its overrides, in the
+// it lists the limiters the fleet runs and their rules (the registry:
+// fleetlimit.WithRegistry, Registered), lists a limiter's overrides and
+// blocks, shows a key's state, resets it, blocks and unblocks it, and
+// sets and clears its overrides, in the
 // store the fleet shares, through the same scripts as the fleet's own
 // decisions and writes (fleetlimit.Limiter's Peek, Reset, SetOverride,
 // ClearOverride, Block, Unblock, Overrides).
 //
 // Usage:
 //
+//	fleetlimit [flags] limiters                  every live limiter (of -name, if given), its rule and instances
 //	fleetlimit [flags] list
 //	fleetlimit [flags] show KEY
 //	fleetlimit [flags] reset KEY
@@ -15,10 +18,15 @@
 //	fleetlimit [flags] set KEY RULE TTL        RULE in the text form, e.g. "sliding_window_log 1000/1m", or unlimited
 //	fleetlimit [flags] clear KEY
 //
-// The limiter is named as its code builds it: -rule is its strategy in
+// limiters needs no -rule. Every other command works on one limiter,
+// named as its code builds it: -rule is its strategy in
 // the text form (algorithm.Parse), -name its WithName, or -prefix its
 // WithKeyPrefix (neither: the unnamed limiter's prefix, made from its
-// rule). The fleet's instances apply a write within their refresh bound
+// rule). A rule in a penalty box, "penalize(RULE, after ...)", is the
+// limiter built from RULE with WithPenalty, as the application builds it:
+// an override is stored as the rule alone (the limiter puts it in its own
+// box), and "set" takes it with the limiter's box or without any.
+// The fleet's instances apply a write within their refresh bound
 // (fleetlimit.WithOverrides: 2x the refresh, 1s by default).
 //
 // The store: -redis host:port (standalone) or -cluster host:port,... ,
@@ -29,7 +37,10 @@
 // "--" every argument is a word (a key that starts with "-"). Output is
 // for people; -json prints one JSON document instead. Every
 // write says what it did. Exit codes: 0 done, 1 the store failed, 2 bad
-// usage or input (nothing was written).
+// usage or input (nothing was written), 3 limiters found a name and key
+// prefix run under two rules by live instances (it lists them all the
+// same, marked as a conflict). -timeout bounds each store call, and the
+// listing of limiters (one SCAN pass and one read per name) by ten times it.
 package main
 
 import (
@@ -40,6 +51,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -55,10 +68,14 @@ import (
 
 // Exit codes.
 const (
-	exitOK    = 0
-	exitStore = 1
-	exitUsage = 2
+	exitOK       = 0
+	exitStore    = 1
+	exitUsage    = 2
+	exitConflict = 3
 )
+
+// errConflict is limiters' finding of a name run under two rules.
+var errConflict = errors.New("the fleet runs a limiter under two rules")
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
@@ -73,12 +90,16 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 
 // cli is one invocation.
 type cli struct {
-	out      io.Writer
-	json     bool
-	limiter  *fleetlimit.Limiter
-	rule     algorithm.Strategy
-	describe string   // the limiter, for messages
-	close    []func() // what setUp opened, to close at the end
+	out        io.Writer
+	json       bool
+	limiter    *fleetlimit.Limiter
+	rule       algorithm.Strategy // as -rule gave it
+	box        *algorithm.Penalty // the rule's penalty box; nil: none
+	store      store.Store
+	timeout    time.Duration
+	nameFilter string   // limiters: -name
+	describe   string   // the limiter, for messages
+	close      []func() // what setUp opened, to close at the end
 }
 
 // run is the command with its arguments; it returns the exit code.
@@ -91,14 +112,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		username = fs.String("username", "", "the Redis ACL user")
 		password = fs.String("password", "", "the Redis password")
 		useTLS   = fs.Bool("tls", false, "connect with TLS")
-		ruleText = fs.String("rule", "", "the limiter's rule in the text form, e.g. \"sliding_window_log 100/1m\" (required)")
-		name     = fs.String("name", "", "the limiter's name (WithName)")
+		ruleText = fs.String("rule", "", "the limiter's rule in the text form, e.g. \"sliding_window_log 100/1m\" (required but for limiters)")
+		name     = fs.String("name", "", "the limiter's name (WithName); for limiters, list only this name")
 		prefix   = fs.String("prefix", "", "the limiter's key prefix (WithKeyPrefix); overrides -name's")
 		asJSON   = fs.Bool("json", false, "print JSON")
 		timeout  = fs.Duration("timeout", 2*time.Second, "bound on each store call")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: fleetlimit [flags] list | show KEY | reset KEY | block KEY DURATION | unblock KEY | set KEY RULE TTL | clear KEY")
+		fmt.Fprintln(stderr, "usage: fleetlimit [flags] limiters | list | show KEY | reset KEY | block KEY DURATION | unblock KEY | set KEY RULE TTL | clear KEY")
 		fs.PrintDefaults()
 	}
 	pos, ok := parseInterleaved(fs, args)
@@ -111,7 +132,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			f()
 		}
 	}()
-	err := c.setUp(ctx, *addr, *cluster, *username, *password, *useTLS, *ruleText, *name, *prefix, *timeout)
+	command := ""
+	if len(pos) > 0 {
+		command = pos[0]
+	}
+	err := c.setUp(ctx, command, *addr, *cluster, *username, *password, *useTLS, *ruleText, *name, *prefix, *timeout)
 	if err == nil {
 		err = c.do(ctx, pos)
 	}
@@ -119,6 +144,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.Is(err, errConflict):
+		fmt.Fprintln(stderr, "fleetlimit:", err)
+		return exitConflict
 	case errors.As(err, &ue), errors.Is(err, fleetlimit.ErrInvalidConfig), errors.Is(err, fleetlimit.ErrInvalidKey),
 		errors.Is(err, algorithm.ErrInvalidStrategy):
 		fmt.Fprintln(stderr, "fleetlimit:", strings.TrimPrefix(err.Error(), "fleetlimit: "))
@@ -151,17 +179,21 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, bool) {
 	}
 }
 
-// setUp connects to the store and builds the limiter.
-func (c *cli) setUp(ctx context.Context, addr, cluster, username, password string, useTLS bool, ruleText, name, prefix string, timeout time.Duration) error {
+// setUp connects to the store and, unless the command is limiters (which
+// reads the fleet's registry), builds the limiter.
+func (c *cli) setUp(ctx context.Context, command, addr, cluster, username, password string, useTLS bool, ruleText, name, prefix string, timeout time.Duration) error {
 	if (addr == "") == (cluster == "") {
 		return usagef("give one of -redis and -cluster")
 	}
-	if ruleText == "" {
-		return usagef("give -rule: the limiter's rule in the text form")
-	}
-	s, err := algorithm.Parse(ruleText)
-	if err != nil {
-		return err
+	var s algorithm.Strategy
+	if command != "limiters" {
+		if ruleText == "" {
+			return usagef("give -rule: the limiter's rule in the text form")
+		}
+		var err error
+		if s, err = algorithm.Parse(ruleText); err != nil {
+			return err
+		}
 	}
 	var tlsConf *tls.Config
 	if useTLS {
@@ -179,6 +211,10 @@ func (c *cli) setUp(ctx context.Context, addr, cluster, username, password strin
 		return err
 	}
 	c.close = append(c.close, func() { _ = st.Close() })
+	c.store, c.timeout, c.nameFilter = st, timeout, name
+	if s == nil {
+		return nil
+	}
 	opts := []fleetlimit.Option{fleetlimit.WithOverrides(0), fleetlimit.WithoutBreaker(), fleetlimit.WithFailurePolicy(fleetlimit.FailClosed), fleetlimit.WithTimeout(timeout)}
 	if name != "" {
 		opts = append(opts, fleetlimit.WithName(name))
@@ -186,11 +222,18 @@ func (c *cli) setUp(ctx context.Context, addr, cluster, username, password strin
 	if prefix != "" {
 		opts = append(opts, fleetlimit.WithKeyPrefix(prefix))
 	}
-	l, err := fleetlimit.New(s, st, opts...)
+	// A penalty box is built as the application builds it, WithPenalty
+	// around its strategy: its keys' prefix and its overrides are then
+	// the application's.
+	inner, box := unbox(s)
+	if box != nil {
+		opts = append(opts, fleetlimit.WithPenalty(box.After, box.Within, box.Ban, box.MaxBan))
+	}
+	l, err := fleetlimit.New(inner, st, opts...)
 	if err != nil {
 		return err
 	}
-	c.limiter, c.rule = l, s
+	c.limiter, c.rule, c.box = l, s, box
 	c.describe = fmt.Sprintf("limiter %s (keys %s*)", l.Name(), l.KeyPrefix())
 	return nil
 }
@@ -200,7 +243,7 @@ func (c *cli) do(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return usagef("give a command")
 	}
-	want := map[string]int{"list": 0, "show": 1, "reset": 1, "block": 2, "unblock": 1, "set": 3, "clear": 1}
+	want := map[string]int{"limiters": 0, "list": 0, "show": 1, "reset": 1, "block": 2, "unblock": 1, "set": 3, "clear": 1}
 	n, ok := want[args[0]]
 	if !ok {
 		return usagef("unknown command %q", args[0])
@@ -210,6 +253,8 @@ func (c *cli) do(ctx context.Context, args []string) error {
 	}
 	l := c.limiter
 	switch args[0] {
+	case "limiters":
+		return c.limiters(ctx, c.nameFilter)
 	case "list":
 		return c.list(ctx)
 	case "show":
@@ -241,7 +286,7 @@ func (c *cli) do(ctx context.Context, args []string) error {
 		}
 		return c.did("unblock", args[1], "unblocked key %q of %s (%v of its block was left)", args[1], c.describe, was.TTL.Round(time.Millisecond))
 	case "set":
-		s, err := algorithm.Parse(args[2])
+		s, err := c.override(args[2])
 		if err != nil {
 			return err
 		}
@@ -268,6 +313,39 @@ func (c *cli) do(ctx context.Context, args []string) error {
 		return c.did("clear", args[1], "cleared the override %q of key %q of %s (%v of it was left): the limiter's own rule decides it again", was.Text, args[1], c.describe, was.TTL.Round(time.Millisecond))
 	}
 	return nil
+}
+
+// unbox splits s into the strategy inside its penalty box and the box;
+// a strategy without one is itself, with no box.
+func unbox(s algorithm.Strategy) (algorithm.Strategy, *algorithm.Penalty) {
+	p, ok := s.(interface {
+		Unwrap() algorithm.Strategy
+		Penalty() algorithm.Penalty
+	})
+	if !ok {
+		return s, nil
+	}
+	box := p.Penalty()
+	return p.Unwrap(), &box
+}
+
+// override reads set's rule: the limiter puts an override in its own
+// penalty box, so one written with that box is stored without it, and
+// one with another box is refused (an override changes the limit, not
+// the box).
+func (c *cli) override(text string) (algorithm.Strategy, error) {
+	s, err := algorithm.Parse(text)
+	if err != nil {
+		return nil, err
+	}
+	inner, box := unbox(s)
+	switch {
+	case box == nil:
+		return s, nil
+	case c.box == nil || *box != *c.box:
+		return nil, usagef("override %q has a penalty box, and not the limiter's: an override changes the limit, and the limiter keeps its own box (give the rule alone)", text)
+	}
+	return inner, nil
 }
 
 // duration reads a command's duration (Go's, or whole days).
@@ -416,4 +494,93 @@ func (c *cli) show(ctx context.Context, key string) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// jsonRegistration is a registry entry as -json prints it.
+type jsonRegistration struct {
+	Name      string         `json:"name"`
+	Prefix    string         `json:"prefix"`
+	Rule      string         `json:"rule"`
+	Conflict  bool           `json:"conflict"`
+	Instances []jsonInstance `json:"instances"`
+}
+
+type jsonInstance struct {
+	ID              string  `json:"id"`
+	LastSeenSeconds float64 `json:"last_seen_seconds"`
+	TTLSeconds      float64 `json:"ttl_seconds"`
+}
+
+// limiters prints what the fleet's registry holds (fleetlimit.Registered),
+// of the name given with -name if any, and returns errConflict when a
+// name and prefix run under two rules.
+func (c *cli) limiters(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*c.timeout)
+	defer cancel()
+	all, err := fleetlimit.Registered(ctx, c.store)
+	truncated := errors.Is(err, fleetlimit.ErrRegistryTruncated)
+	if err != nil && !truncated {
+		return err
+	}
+	if name != "" {
+		all = slices.DeleteFunc(all, func(r fleetlimit.Registration) bool { return r.Name != name })
+	}
+	rules := map[[2]string]int{}
+	for _, r := range all {
+		rules[[2]string{r.Name, r.Prefix}]++
+	}
+	out := make([]jsonRegistration, len(all))
+	conflicts := map[string]bool{}
+	for i, r := range all {
+		j := jsonRegistration{Name: r.Name, Prefix: r.Prefix, Rule: r.Rule, Conflict: rules[[2]string{r.Name, r.Prefix}] > 1}
+		for _, in := range r.Instances {
+			j.Instances = append(j.Instances, jsonInstance{ID: in.ID, LastSeenSeconds: in.Age.Seconds(), TTLSeconds: in.TTL.Seconds()})
+		}
+		if j.Conflict {
+			conflicts[r.Name] = true
+		}
+		out[i] = j
+	}
+	if err := c.printLimiters(out, truncated); err != nil {
+		return err
+	}
+	if len(conflicts) > 0 {
+		return fmt.Errorf("%w: %s", errConflict, strings.Join(slices.Sorted(maps.Keys(conflicts)), ", "))
+	}
+	return nil
+}
+
+// printLimiters prints limiters' listing, for people or as JSON.
+func (c *cli) printLimiters(out []jsonRegistration, truncated bool) error {
+	if c.json {
+		return c.emit(map[string]any{"limiters": out, "truncated": truncated})
+	}
+	if len(out) == 0 {
+		_, err := fmt.Fprintln(c.out, "the registry holds no live limiter (limiters record themselves with fleetlimit.WithRegistry)")
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tRULE\tPREFIX\tINSTANCES\tLAST SEEN")
+	instances := 0
+	for _, r := range out {
+		seen := time.Duration(math.MaxInt64)
+		for _, in := range r.Instances {
+			seen = min(seen, time.Duration(in.LastSeenSeconds*float64(time.Second)))
+		}
+		mark := ""
+		if r.Conflict {
+			mark = "  CONFLICT: another rule runs under this name"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v ago%s\n", r.Name, r.Rule, r.Prefix, len(r.Instances), seen.Round(time.Millisecond), mark)
+		instances += len(r.Instances)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	note := ""
+	if truncated {
+		note = fmt.Sprintf(" (the listing stops at %d names)", store.MaxRegistryNames)
+	}
+	_, err := fmt.Fprintf(c.out, "%d limiters, %d live instances%s\n", len(out), instances, note)
+	return err
 }
