@@ -111,3 +111,63 @@ func thousands(n int) string {
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds())
 }
+
+// TestBreakerTableMatchesItsRun: docs/reliability.md's table "The circuit
+// breaker, measured" is the recorded run's (testdata/breaker_run.md,
+// written by the breaker tests with -record): the page cites the record's
+// date and commit, and each row's "measured" cell is the record's row of
+// the test it names, for every test recorded. A changed figure fails
+// here until the page and the record agree, and a re-run must be
+// recorded whole (one commit's rows only).
+func TestBreakerTableMatchesItsRun(t *testing.T) {
+	run, err := readBreakerRecord()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../docs/reliability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const heading = "## The circuit breaker, measured"
+	_, section, ok := strings.Cut(string(doc), heading)
+	if !ok {
+		t.Fatalf("docs/reliability.md: no %q", heading)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	intro, table, _ := strings.Cut(section, "\n| fault |")
+	if cite := fmt.Sprintf("on %s UTC, at commit %s", run.date, run.commit); !strings.Contains(strings.Join(strings.Fields(intro), " "), cite) {
+		t.Errorf("docs/reliability.md's breaker section does not cite the recorded run (%q)", cite)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 4 {
+			continue
+		}
+		for test, measured := range run.rows {
+			if cells[3] != "`"+test+"`" {
+				continue
+			}
+			seen[test] = true
+			if cells[2] != measured {
+				t.Errorf("docs/reliability.md, the row of %s:\n the page:   %s\n the record: %s", test, cells[2], measured)
+			}
+		}
+	}
+	for _, test := range breakerTests {
+		if _, ok := run.rows[test]; !ok {
+			t.Errorf("%s has no row of %s: record a whole run", breakerRecord, test)
+		} else if !seen[test] {
+			t.Errorf("docs/reliability.md's breaker table has no row of %s", test)
+		}
+	}
+}
+
+// breakerTests are the tests whose figures the breaker table shows.
+var breakerTests = []string{
+	"faults/TestBreakerStallIsNotAnOutage",
+	"faults/TestBreakerOutageIsDetectedAndReported/kill",
+	"faults/TestBreakerOutageIsDetectedAndReported/black_hole",
+	"faults/TestBreakerClusterMasterKilled",
+	"faults/TestBreakerWrongAddressIsLoud",
+}
