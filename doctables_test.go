@@ -309,3 +309,19 @@ func TestLeaseRowsMatchTheGeneratedTable(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareScenariosCounted: where the README and docs/testing.md count
+// cmd/compare's scenarios, the count is compare.Scenarios'.
+func TestCompareScenariosCounted(t *testing.T) {
+	words := []string{"no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"}
+	want := words[len(compare.Scenarios)]
+	for doc, re := range map[string]string{
+		"README.md":       `Redis cost, in (\w+) scenarios`,
+		"docs/testing.md": `over a memory store per process, in\s+(\w+) scenarios`,
+	} {
+		m := regexp.MustCompile(re).FindAllStringSubmatch(readDoc(t, doc), -1)
+		if len(m) != 1 || m[0][1] != want {
+			t.Errorf("%s: %q finds %v; compare has %s scenarios (%v)", doc, re, m, want, compare.Scenarios)
+		}
+	}
+}
