@@ -325,3 +325,55 @@ func TestCompareScenariosCounted(t *testing.T) {
 		}
 	}
 }
+
+// generatedRows returns the main table of docs/choosing.md's generated
+// comparison, each row by column name.
+func generatedRows(t *testing.T) []map[string]string {
+	t.Helper()
+	_, block, _ := strings.Cut(readDoc(t, choosingPage), compareBlockBegin)
+	head, rows, ok := tableAfter(block, "\n")
+	if !ok {
+		t.Fatalf("%s: no generated table", choosingPage)
+	}
+	var out []map[string]string
+	for _, r := range rows {
+		if len(r) != len(head) {
+			continue
+		}
+		m := map[string]string{}
+		for i, h := range head {
+			m[h] = r[i]
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestSlidingLogExactWithoutLeases: what choosing.md says of the sliding
+// log in its generated table — 1.00× and admitted = ideal in every
+// scenario on the shared store without leases, up to 1.19× with them.
+func TestSlidingLogExactWithoutLeases(t *testing.T) {
+	var exact, leased int
+	worstLeased := "1.00×"
+	for _, r := range generatedRows(t) {
+		if r["store"] != "redis" || !strings.HasPrefix(r["algorithm"], "sliding_window_log") {
+			continue
+		}
+		if r["algorithm"] == "sliding_window_log" {
+			exact++
+			if r["worst/limit"] != "1.00×" || r["admitted"] != r["ideal"] {
+				t.Errorf("sliding log without leases, %s x%s: worst %s, admitted %s of an ideal %s", r["scenario"], r["inst"], r["worst/limit"], r["admitted"], r["ideal"])
+			}
+			continue
+		}
+		leased++
+		worstLeased = max(worstLeased, r["worst/limit"]) // one digit before the point: ordered as text
+	}
+	if exact < 8 || leased < 8 {
+		t.Fatalf("%d sliding-log rows without leases, %d with", exact, leased)
+	}
+	re := regexp.MustCompile(`1\.00× in every scenario without leases \(up to ([\d.]+×) with them\)`)
+	if m := re.FindStringSubmatch(readDoc(t, choosingPage)); m == nil || m[1] != worstLeased {
+		t.Errorf("%s: the sliding log's worst window with leases is %s in the generated table; the page says %v", choosingPage, worstLeased, m)
+	}
+}
