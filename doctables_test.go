@@ -13,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/compare"
+	"github.com/fleetlimit/fleetlimit/internal/proptest"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
+	"github.com/fleetlimit/fleetlimit/internal/stores"
 )
 
 // The generated comparison in docs/choosing.md, between these markers, is
@@ -375,5 +379,81 @@ func TestSlidingLogExactWithoutLeases(t *testing.T) {
 	re := regexp.MustCompile(`1\.00× in every scenario without leases \(up to ([\d.]+×) with them\)`)
 	if m := re.FindStringSubmatch(readDoc(t, choosingPage)); m == nil || m[1] != worstLeased {
 		t.Errorf("%s: the sliding log's worst window with leases is %s in the generated table; the page says %v", choosingPage, worstLeased, m)
+	}
+}
+
+// expandRun expands a documented sequence of Remaining values, "99, 98, 6,
+// 5 … 0, 90, 6": "a … b" stands for a, a−1, …, b.
+func expandRun(s string) ([]int64, bool) {
+	var out []int64
+	for _, part := range strings.Split(s, ", ") {
+		lo, hi, run := strings.Cut(part, " … ")
+		a, err := strconv.ParseInt(lo, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		if !run {
+			out = append(out, a)
+			continue
+		}
+		b, err := strconv.ParseInt(hi, 10, 64)
+		if err != nil || b > a {
+			return nil, false
+		}
+		for v := a; v >= b; v-- {
+			out = append(out, v)
+		}
+	}
+	return out, true
+}
+
+// TestLeaseRemainingAsDocumented: the Remaining that one instance's
+// requests see with leases of 8 on a limit of 100, as the README and
+// docs/leases.md spell it out, is what a limiter returns (a memory store, a
+// pinned clock: the sequence depends on neither).
+func TestLeaseRemainingAsDocumented(t *testing.T) {
+	st, clock := stores.Memory(t), fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(time.Minute)))
+	s := algorithm.FixedWindow(100, time.Hour)
+	l, err := fleetlimit.New(s, st, fleetlimit.WithName("docs"), fleetlimit.WithLeases(8, time.Hour), clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact, err := fleetlimit.New(s, st, fleetlimit.WithName("docs"), clock) // the store's own count
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	var inStore int64 // after the second request
+	for range 20 {
+		res, err := l.Allow(bg, "k")
+		if err != nil || !res.Allowed {
+			t.Fatalf("request %d: %+v, %v", len(got), res, err)
+		}
+		got = append(got, res.Remaining)
+		if len(got) == 2 {
+			peek, err := exact.Peek(bg, "k", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inStore = peek.Remaining
+		}
+	}
+	readme := regexp.MustCompile(`leases of 8, a limit of\s+100: ([\d, …]+);`).FindStringSubmatch(readDoc(t, "README.md"))
+	leases := regexp.MustCompile(`see\s+(\d+) \(the key's first round trip is exact and leases nothing\), then (\d+) at the\s+round trip that takes a lease \((\d+) left in the store, and the lease\), then\s+(\d+, \d+ … \d+), then (\d+) at the next round trip, then (\d+)\.`).
+		FindStringSubmatch(readDoc(t, "docs/leases.md"))
+	if readme == nil || leases == nil {
+		t.Fatalf("the sequence is not found: README %v, docs/leases.md %v", readme, leases)
+	}
+	for doc, seq := range map[string]string{
+		"README.md":      readme[1],
+		"docs/leases.md": strings.Join([]string{leases[1], leases[2], leases[4], leases[5], leases[6]}, ", "),
+	} {
+		want, ok := expandRun(seq)
+		if !ok || len(want) > len(got) || !slices.Equal(want, got[:len(want)]) {
+			t.Errorf("%s says Remaining runs %s; a limiter returns %v", doc, seq, got)
+		}
+	}
+	if leases[3] != strconv.FormatInt(inStore, 10) {
+		t.Errorf("docs/leases.md: %s left in the store after the second request; the store holds %d", leases[3], inStore)
 	}
 }
