@@ -222,6 +222,8 @@ var bytesPerKeyClaims = []figureClaim{
 	{"the findings' sliding log of 100, compare's key names", choosingPage, `about ([\d.]+ KB) per\s+key at a limit of 100`, choosingPage, compareBytes("sliding_window_log", "100"), 0},
 	{"the findings' sliding log of 1,000, compare's key names", choosingPage, `and about (\d+ KB) at 1,000 \(past 128`, choosingPage, compareBytes("sliding_window_log", "1,000"), 0},
 	{"the findings' counter, compare's key names", choosingPage, `\((\d+ B) here with\s+compare's long key names`, choosingPage, compareBytes("sliding_window_counter", "100"), 0},
+	{"compare's token bucket, in operations.md", capacityPage, `\((\d+ B) for the token bucket where this table\s+has`, choosingPage, compareBytes("token_bucket", "100"), 0},
+	{"the capacity table's token bucket, in operations.md", capacityPage, `for the token bucket where this table\s+has (\d+ B)\)`, capacityPage, capacityCell("token_bucket", "100", 3), 0},
 	{"the findings' counter, production's key names", choosingPage, `compare's long key names, (\d+ B) with production's`, capacityPage, capacityCell("sliding_window_counter", "100", 3), 0},
 }
 
