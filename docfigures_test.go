@@ -69,6 +69,58 @@ var docFigureClaims = []figureClaim{
 	},
 }
 
+// concurrencyRow is the regexp of algo's row over store in the
+// concurrency table of docs/choosing.md's generated comparison (kept equal
+// to a run by TestCompareTableMatchesItsRun), its cells from offered on as
+// groups when capture holds "(...)", skipped when it holds "".
+func concurrencyRow(algo, store string, capture ...bool) string {
+	cells := []string{`[\d,]+`, `[\d,]+`, `[\d,]+`, `\d+ / \d+`, `[\d.]+%`, `[\d.]+`, `[\d,]+`} // offered ... denied, a slot free
+	re := `\| ` + algo + ` \| [^|]+ \| ` + store + ` \| 4 \|`
+	for i, c := range cells {
+		if i < len(capture) && capture[i] {
+			c = "(" + c + ")"
+		}
+		re += " " + c + ` \|`
+	}
+	return re
+}
+
+// concurrencyClaims are the figures docs/choosing.md's concurrency section
+// quotes from its generated concurrency table.
+var concurrencyClaims = []figureClaim{
+	{what: "the in-flight limit on the shared store", doc: "docs/choosing.md",
+		docRe: `Of ([\d,]+) jobs, ` + "`Concurrency\\(10, 30s\\)`" + `\s+on the shared store admitted ([\d,]+), against ([\d,]+) for an exact semaphore that\s+loses nothing, and never had more than 10 running \((\d+ / \d+)\); the crashed\s+holder's permits kept their slots ([\d.]+) slot·s in all, until their ttl,\s+and ([\d,]+) jobs were denied`,
+		src:   "docs/choosing.md", srcRe: concurrencyRow("concurrency", "redis", true, true, true, true, false, true, true)},
+	{what: "the token bucket's jobs in flight", doc: "docs/choosing.md",
+		docRe: `had up to (\d+ / \d+)\s+running at once, over the limit ([\d.]+%) of the time, and still denied ([\d,]+)\s+jobs while slots idled`,
+		src:   "docs/choosing.md", srcRe: concurrencyRow("token_bucket", "redis", false, false, false, true, true, false, true)},
+	{what: "the sliding log's jobs in flight", doc: "docs/choosing.md",
+		docRe: `a sliding log of 214 a minute: (\d+ / \d+), ([\d.]+%)\s+and ([\d,]+)\.`,
+		src:   "docs/choosing.md", srcRe: concurrencyRow("sliding_window_log", "redis", false, false, false, true, true, false, true)},
+	{what: "a memory store per instance", doc: "docs/choosing.md",
+		docRe: `A memory\s+store per instance ran up to (\d+ / \d+)\.`,
+		src:   "docs/choosing.md", srcRe: concurrencyRow("concurrency", "memory", false, false, false, true)},
+}
+
+// checkFigure checks claim c: docRe matches its doc once, srcRe matches
+// its source, and same holds for their groups.
+func checkFigure(t *testing.T, c figureClaim, same func(quoted, source []string) bool) {
+	t.Helper()
+	got := regexp.MustCompile(c.docRe).FindAllStringSubmatch(readDoc(t, c.doc), -1)
+	if len(got) != 1 {
+		t.Errorf("%s: %s: %d matches of %q, want 1", c.doc, c.what, len(got), c.docRe)
+		return
+	}
+	want := regexp.MustCompile(c.srcRe).FindStringSubmatch(readDoc(t, c.src))
+	if want == nil {
+		t.Errorf("%s: %s: not found in %s (%q)", c.doc, c.what, c.src, c.srcRe)
+		return
+	}
+	if !same(got[0][1:], want[1:]) {
+		t.Errorf("%s: %s: the doc says %v, %s says %v", c.doc, c.what, got[0][1:], c.src, want[1:])
+	}
+}
+
 // copiedRows are doc tables copied row for row from a generated page: each
 // row under the marker (up to the first line that is not a table row) must
 // be a row of the source's table under the heading.
@@ -130,20 +182,8 @@ func TestDocFiguresMatchTheirRun(t *testing.T) {
 		}
 	}
 
-	for _, c := range docFigureClaims {
-		got := regexp.MustCompile(c.docRe).FindAllStringSubmatch(readDoc(t, c.doc), -1)
-		if len(got) != 1 {
-			t.Errorf("%s: %s: %d matches of %q, want 1", c.doc, c.what, len(got), c.docRe)
-			continue
-		}
-		want := regexp.MustCompile(c.srcRe).FindStringSubmatch(readDoc(t, c.src))
-		if want == nil {
-			t.Errorf("%s: %s: not found in %s", c.doc, c.what, c.src)
-			continue
-		}
-		if !slices.Equal(got[0][1:], want[1:]) {
-			t.Errorf("%s: %s: the doc says %v, %s says %v", c.doc, c.what, got[0][1:], c.src, want[1:])
-		}
+	for _, c := range append(slices.Clone(docFigureClaims), concurrencyClaims...) {
+		checkFigure(t, c, slices.Equal[[]string])
 	}
 
 	for _, c := range copiedRows {

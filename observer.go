@@ -85,6 +85,10 @@ type Event struct {
 	// Cut is, for a Settle, the units the debt cap (WithMaxDebt) cut off
 	// the charge: work done that no limit counted. 0 otherwise.
 	Cut int64
+
+	// Permit is the permit operation this event reports, for a
+	// PermitObserver; NotPermit (zero) for AllowN's decisions.
+	Permit PermitOp
 }
 
 // routeKey is the context key of ContextWithRoute.
@@ -208,15 +212,14 @@ func (l *Limiter) observed(ctx context.Context, key string, n int64) (Result, er
 		out = shadowed(res, o)
 	}
 	if !o.invalid() {
-		l.cfg.observer.Observe(l.event(ctx, key, n, res, out, o, err, start))
+		l.cfg.observer.Observe(l.event(ctx, key, n, start, Result{Allowed: res.Allowed, Shadow: out.Shadow, Remaining: res.Remaining}, o, err))
 	}
 	return out, err
 }
 
-// event is the Event of a decision on key of cost n begun at start: res as
-// the pipeline made it, out as the caller gets it (shadowed), o who made
-// it, err its error.
-func (l *Limiter) event(ctx context.Context, key string, n int64, res, out Result, o outcome, err error, start time.Time) Event {
+// event is the Event of a call on key of cost n that began at start, with
+// res's Allowed, Shadow and Remaining, decided as o says.
+func (l *Limiter) event(ctx context.Context, key string, n int64, start time.Time, res Result, o outcome, err error) Event {
 	route, _ := ctx.Value(routeKey{}).(string)
 	return Event{
 		Name:        l.cfg.name,
@@ -225,7 +228,7 @@ func (l *Limiter) event(ctx context.Context, key string, n int64, res, out Resul
 		Key:         key,
 		N:           n,
 		Allowed:     res.Allowed,
-		Shadow:      out.Shadow,
+		Shadow:      res.Shadow,
 		Remaining:   res.Remaining,
 		Latency:     time.Since(start),
 		Err:         err,
@@ -234,4 +237,80 @@ func (l *Limiter) event(ctx context.Context, key string, n int64, res, out Resul
 		CircuitOpen: o.circuitOpen(),
 		Breaker:     l.cfg.breaker,
 	}
+}
+
+// PermitOp names the operation of a concurrency limit's permit that an
+// Event reports (Event.Permit; see PermitObserver).
+type PermitOp uint8
+
+const (
+	// NotPermit: the event is an AllowN decision.
+	NotPermit PermitOp = iota
+	// PermitAcquire: Limiter.Acquire. Allowed is the acquire's admission.
+	PermitAcquire
+	// PermitRelease: Permit.Release. Allowed reports that the permit is
+	// no longer held (released now, or before: it expired or was
+	// released); false with Err set when the store could not be reached.
+	PermitRelease
+	// PermitRenew: Permit.Renew. Allowed reports that the permit was
+	// extended; false with a nil Err when it had expired
+	// (ErrPermitExpired), false with Err set when the store could not be
+	// reached.
+	PermitRenew
+)
+
+func (op PermitOp) String() string {
+	switch op {
+	case NotPermit:
+		return "none"
+	case PermitAcquire:
+		return "acquire"
+	case PermitRelease:
+		return "release"
+	case PermitRenew:
+		return "renew"
+	}
+	return fmt.Sprintf("PermitOp(%d)", int(op))
+}
+
+// PermitObserver is implemented by an Observer (WithObserver) that wants
+// the operations on a concurrency limit's permits (algorithm.Concurrency):
+// ObservePermit is called once per Limiter.Acquire, Permit.Release and
+// Permit.Renew, as Observe is for AllowN (synchronously, on the caller's
+// goroutine, before the call returns), with Event.Permit naming the
+// operation. The Event is filled as for a decision: N is 1, Latency spans
+// the whole call (a Release's retries included), Err is the store error
+// the call met (ErrPermitExpired is not one: a renew of an expired permit
+// is a denial, Allowed false, Err nil), DecidedBy is DecidedByStore, or
+// DecidedByFallback for a permit the fallback holds (FailLocal, during an
+// outage), or the policy or the caller when the store was not reached.
+// Observe is never called for permit operations, so an Observer that is
+// not a PermitObserver counts AllowN's decisions only. Calls with invalid
+// input, and the Release and Renew of a Permit that holds no slot (the zero
+// Permit, or one admitted by FailOpen or shadow mode), are not observed:
+// nothing was done. Package promobserver and otelobserver count them.
+type PermitObserver interface {
+	ObservePermit(Event)
+}
+
+// observePermit tells the limiter's PermitObserver, if any, about a permit
+// operation on key that began at start (the zero Time when there is no
+// observer: see permitStart).
+func (l *Limiter) observePermit(ctx context.Context, op PermitOp, key string, start time.Time, res Result, o outcome, err error) {
+	to := l.holds.observer
+	if to == nil || o.invalid() {
+		return
+	}
+	e := l.event(ctx, key, 1, start, res, o, err)
+	e.Permit = op
+	to.ObservePermit(e)
+}
+
+// permitStart is the start of a permit operation on l: the time now when
+// l has a PermitObserver, else the zero Time (no clock read).
+func (l *Limiter) permitStart() time.Time {
+	if l.holds.observer == nil {
+		return time.Time{}
+	}
+	return time.Now()
 }

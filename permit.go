@@ -28,6 +28,9 @@ type holdModes struct {
 	// local is the fallback store's Hold, for the permits the fallback
 	// took; nil without a fallback that holds permits.
 	local store.Holder
+	// observer is the limiter's Observer when it is a PermitObserver;
+	// else nil, and permit operations read no clock for it.
+	observer PermitObserver
 }
 
 // buildHoldModes builds the permit modes when the limiter's rule holds
@@ -49,6 +52,7 @@ func (l *Limiter) buildHoldModes() error {
 	if !ok {
 		return nil
 	}
+	l.holds.observer, _ = l.cfg.observer.(PermitObserver)
 	l.holds.acquire = mode{op: viewStore{l.store, h.Hold}}
 	l.holds.release = mode{op: viewStore{l.store, h.Hold}}
 	l.holds.renew = mode{op: viewStore{l.store, h.Hold}}
@@ -116,7 +120,8 @@ const (
 // permit Release and Renew then give back and extend in process, never in
 // the shared store; FailOpen admits with a Permit that holds no slot;
 // FailClosed denies. In shadow mode a denial is admitted with a Permit
-// that holds no slot (Result.Shadow). The Observer is not told.
+// that holds no slot (Result.Shadow). The Observer is told only if it is a
+// PermitObserver (PermitAcquire).
 //
 // There is no blocking Acquire (as WaitN is for AllowN), on purpose for
 // now: WaitN sleeps an exact RetryAfter, but a slot frees when some holder
@@ -131,12 +136,17 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Permit, Result, erro
 		return Permit{}, l.none(), fmt.Errorf("fleetlimit: acquire %q: strategy %s over store %T holds no permits (algorithm.Concurrency over a store.Holder): %w",
 			key, l.rule.Name(), l.store, errors.ErrUnsupported)
 	}
+	start := l.permitStart()
 	id := uuid.NewString()
 	c := call{m: &l.holds.acquire}
 	c.req.Permit = &algorithm.PermitOp{Kind: algorithm.AcquirePermit, ID: id}
 	res, o, err := l.decideCall(ctx, &c, key, 1)
 	if l.cfg.shadow {
+		decided := res.Allowed
 		res = shadowed(res, o)
+		l.observePermit(ctx, PermitAcquire, key, start, Result{Allowed: decided, Shadow: res.Shadow, Remaining: res.Remaining}, o, err)
+	} else {
+		l.observePermit(ctx, PermitAcquire, key, start, res, o, err)
 	}
 	if !res.Allowed {
 		return Permit{}, res, err
@@ -171,25 +181,34 @@ func (p Permit) Release(ctx context.Context) error {
 	if p.where == heldNowhere {
 		return nil
 	}
+	start := p.l.permitStart()
+	res, o, err := p.release(ctx)
+	res.Allowed = err == nil
+	p.l.observePermit(ctx, PermitRelease, p.key, start, res, o, err)
+	return err
+}
+
+// release is Release of a permit held somewhere, with the Result and
+// outcome of its last try.
+func (p Permit) release(ctx context.Context) (Result, outcome, error) {
 	l := p.l
 	if p.where == heldLocally {
-		_, err := p.local(ctx, algorithm.ReleasePermit)
-		return err
+		return p.local(ctx, algorithm.ReleasePermit)
 	}
 	start := time.Now()
 	backoff := max(time.Millisecond, l.cfg.timeout/8)
 	for {
-		_, err := p.remote(ctx, &l.holds.release, algorithm.ReleasePermit)
+		res, o, err := p.remote(ctx, &l.holds.release, algorithm.ReleasePermit)
 		if err == nil {
-			return nil
+			return res, o, nil
 		}
 		retry := errors.Is(err, ErrStoreUnavailable) && !errors.Is(err, ErrCircuitOpen) && ctx.Err() == nil &&
 			time.Since(start)+backoff < l.cfg.timeout
 		if !retry {
-			return fmt.Errorf("fleetlimit: release of a permit of %q (the store frees it at its ttl): %w", p.key, err)
+			return res, o, fmt.Errorf("fleetlimit: release of a permit of %q (the store frees it at its ttl): %w", p.key, err)
 		}
 		if serr := sleepReal(ctx, backoff); serr != nil {
-			return fmt.Errorf("fleetlimit: release of a permit of %q (the store frees it at its ttl): %w", p.key, err)
+			return res, o, fmt.Errorf("fleetlimit: release of a permit of %q (the store frees it at its ttl): %w", p.key, err)
 		}
 	}
 }
@@ -203,16 +222,23 @@ func (p Permit) Release(ctx context.Context) error {
 // until its earlier expiry); one the fallback took is renewed in the
 // fallback store.
 func (p Permit) Renew(ctx context.Context) error {
-	var res Result
-	var err error
-	switch p.where {
-	case heldNowhere:
+	if p.where == heldNowhere {
 		return nil
-	case heldLocally:
-		res, err = p.local(ctx, algorithm.RenewPermit)
-	default:
-		res, err = p.remote(ctx, &p.l.holds.renew, algorithm.RenewPermit)
 	}
+	var res Result
+	var o outcome
+	var err error
+	start := p.l.permitStart()
+	switch p.where {
+	case heldLocally:
+		res, o, err = p.local(ctx, algorithm.RenewPermit)
+	default:
+		res, o, err = p.remote(ctx, &p.l.holds.renew, algorithm.RenewPermit)
+	}
+	if err != nil {
+		res.Allowed = false // a failure policy's Result extends nothing
+	}
+	p.l.observePermit(ctx, PermitRenew, p.key, start, res, o, err)
 	if err != nil {
 		return fmt.Errorf("fleetlimit: renew of a permit of %q: %w", p.key, err)
 	}
@@ -225,27 +251,28 @@ func (p Permit) Renew(ctx context.Context) error {
 // remote applies kind to the permit in the limiter's store, through the
 // pipeline in mode m (no fallback: the policy's Result comes with an
 // error wrapping ErrStoreUnavailable).
-func (p Permit) remote(ctx context.Context, m *mode, kind algorithm.PermitKind) (Result, error) {
+func (p Permit) remote(ctx context.Context, m *mode, kind algorithm.PermitKind) (Result, outcome, error) {
 	c := call{m: m}
 	c.req.Permit = &algorithm.PermitOp{Kind: kind, ID: p.id}
-	res, _, err := p.l.decideCall(ctx, &c, p.key, 1)
-	return res, err
+	return p.l.decideCall(ctx, &c, p.key, 1)
 }
 
 // local applies kind to the permit in the fallback store, which took it,
-// under the fallback's rule for the key.
-func (p Permit) local(ctx context.Context, kind algorithm.PermitKind) (Result, error) {
+// under the fallback's rule for the key (the outcome is always
+// DecidedByFallback).
+func (p Permit) local(ctx context.Context, kind algorithm.PermitKind) (Result, outcome, error) {
 	l := p.l
+	by := outcome(DecidedByFallback)
 	req, err := l.request(p.key, 1)
 	if err != nil {
-		return l.none(), err
+		return l.none(), by, err
 	}
 	fb := l.holds.acquire.fallback
 	req.Strategy = fb.ruleFor(p.rule, l.cfg.tiers != nil)
 	req.Permit = &algorithm.PermitOp{Kind: kind, ID: p.id}
 	d, err := l.holds.local.Hold(ctx, req)
 	if err != nil {
-		return l.none(), fmt.Errorf("fleetlimit: the fallback store: %w", err)
+		return l.none(), by, fmt.Errorf("fleetlimit: the fallback store: %w", err)
 	}
-	return resultOf(req.Strategy, d), nil
+	return resultOf(req.Strategy, d), by, nil
 }

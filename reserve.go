@@ -133,7 +133,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (Rese
 		out = shadowed(res, o)
 	}
 	if l.cfg.observer != nil && !o.invalid() {
-		l.cfg.observer.Observe(l.event(ctx, key, estimate, res, out, o, err, start))
+		l.cfg.observer.Observe(l.event(ctx, key, estimate, start, Result{Allowed: res.Allowed, Shadow: out.Shadow, Remaining: res.Remaining}, o, err))
 	}
 	if !out.Allowed {
 		return Reservation{}, out, err
@@ -238,7 +238,7 @@ func (r Reservation) settle(ctx context.Context, actual int64) (Result, error) {
 		if r.where == heldLocally {
 			by = DecidedByFallback
 		}
-		e := l.event(ctx, r.key, diff, res, res, outcome(by), err, start)
+		e := l.event(ctx, r.key, diff, start, res, outcome(by), err)
 		e.Settle, e.Cut = true, cut
 		o.Observe(e)
 	}

@@ -135,6 +135,8 @@ func TestBreakerStallIsNotAnOutage(t *testing.T) {
 	require.Zero(t, n.open, "the breaker opened on one stall")
 	require.LessOrEqual(t, over, workers, "over-admission beyond the decisions in flight")
 	require.Equal(t, fleetlimit.BreakerClosed, l.Breaker().State())
+	record(t, "faults/"+t.Name(), fmt.Sprintf("closed: %d decisions decided by the policy after a failed call, %d short-circuited; %s admitted of %s the bucket allows (stall measured at %s)",
+		n.failed, n.open, thousands(n.admitted), thousands(bound), ms(stallEnd.Sub(stallAt))))
 }
 
 // captureDefaultLog routes slog.Default to a spy.Log until the test ends.
@@ -241,6 +243,10 @@ func TestBreakerOutageIsDetectedAndReported(t *testing.T) {
 			require.NotEmpty(t, spy.Attrs(records[0])["cause"].String(), "the record says why")
 			require.Contains(t, records[1].Message, "closed")
 			require.Greater(t, spy.Attrs(records[1])["outage"].Duration(), outage/2, "the record says how long")
+			opening, closing := spy.Attrs(records[0]), spy.Attrs(records[1])
+			record(t, "faults/"+t.Name(), fmt.Sprintf("opened after %s (%s calls failed, %s decided by Redis meanwhile); one Error record with the cause (%d failures over %s), one Info record (outage %.2f s, %d failed probes); decided by Redis again %s after its return",
+				ms(opened.Sub(down)), thousands(during.failed), thousands(during.store), opening["failures"].Int64(), ms(opening["over"].Duration()),
+				closing["outage"].Duration().Seconds(), closing["failed_probes"].Int64(), ms(recovered.Sub(up))))
 		})
 	}
 }
@@ -339,6 +345,8 @@ func TestBreakerClusterMasterKilled(t *testing.T) {
 			}
 		}
 	}
+	record(t, "faults/"+t.Name(), fmt.Sprintf("%s decisions on live masters' keys decided by Redis, %d failed, %d short-circuited; the dead master's keys: %s failed calls, then %s short-circuited (a breaker circuit and a pipeline per master)",
+		thousands(healthy.store), healthy.failed, healthy.open, thousands(dead.failed), thousands(dead.open)))
 }
 
 // A wrong Redis address (a port nothing listens on) under 4 workers with
@@ -366,4 +374,7 @@ func TestBreakerWrongAddressIsLoud(t *testing.T) {
 	require.Equal(t, slog.LevelError, records[0].Level)
 	require.Equal(t, addr, spy.Attrs(records[0])["shard"].String(), "the record names the server")
 	require.NotEmpty(t, spy.Attrs(records[0])["cause"].String(), "and says why (go-redis retries a refused dial until the deadline)")
+	opening := spy.Attrs(records[0])
+	record(t, "faults/"+t.Name(), fmt.Sprintf("one Error record naming the server (`shard=127.0.0.1:…`) and the cause, %d failures over %s; %s decisions failed, %s short-circuited",
+		opening["failures"].Int64(), ms(opening["over"].Duration()), thousands(n.failed), thousands(n.open)))
 }

@@ -17,6 +17,8 @@
 //	    fleetlimit.limiter, error.type
 //	fleetlimit.breaker.state       observable gauge {state}: 0 closed, 1 half-open, 2 open
 //	    fleetlimit.limiter
+//	fleetlimit.permit.operations   counter {operation}: a concurrency limit's permits
+//	    fleetlimit.limiter, fleetlimit.permit.op, fleetlimit.result, fleetlimit.decider
 //
 // Attribute values:
 //
@@ -24,6 +26,14 @@
 //	fleetlimit.result    allowed, denied
 //	fleetlimit.decider   store, cache, lease, policy, fallback, caller (fleetlimit.Decider)
 //	error.type           timeout, circuit_open, rejected, unavailable
+//	fleetlimit.permit.op acquire, release, renew (fleetlimit.PermitOp)
+//
+// Permit operations (Observer is a fleetlimit.PermitObserver) are recorded
+// on fleetlimit.permit.operations only, never as decisions: result allowed
+// is an admitted acquire, a permit released (or no longer held) and a
+// renew that extended its permit; denied is an acquire denied, a renew of
+// an expired permit, and a release or renew that could not reach the store
+// (decider policy).
 //
 // The names follow ASP.NET Core's rate-limiting metrics
 // (aspnetcore.rate_limiting.requests with an aspnetcore.rate_limiting.result
@@ -78,6 +88,8 @@ const (
 	// ErrorTypeKey is the cause of a store error (OpenTelemetry's
 	// error.type): fleetlimit.Cause's String.
 	ErrorTypeKey = attribute.Key("error.type")
+	// PermitOpKey is a permit operation: fleetlimit.PermitOp's String.
+	PermitOpKey = attribute.Key("fleetlimit.permit.op")
 )
 
 // Results, the values of ResultKey.
@@ -118,11 +130,15 @@ type Observer struct {
 	latency     metric.Float64Histogram
 	storeErrors metric.Int64Counter
 	breaker     metric.Int64ObservableGauge
+	permitOps   metric.Int64Counter
 
 	limiters sync.Map // limiter name -> *limiterSets
 }
 
-var _ fleetlimit.Observer = (*Observer)(nil)
+var (
+	_ fleetlimit.Observer       = (*Observer)(nil)
+	_ fleetlimit.PermitObserver = (*Observer)(nil)
+)
 
 // limiterSets are one limiter's attribute sets, each wrapped once in the
 // option that the instruments take.
@@ -134,7 +150,15 @@ type limiterSets struct {
 	errors   [numCauses][]metric.AddOption // by fleetlimit.Cause
 	gauge    []metric.ObserveOption
 	breaker  atomic.Pointer[fleetlimit.Breaker]
+	permits  atomic.Pointer[permitSets] // at the limiter's first permit operation
 }
+
+// permitOps are the permit operations recorded, by index.
+var permitOps = [3]fleetlimit.PermitOp{fleetlimit.PermitAcquire, fleetlimit.PermitRelease, fleetlimit.PermitRenew}
+
+// permitSets are one limiter's attribute sets of permit operations, by op
+// index, result (0 allowed) and decider.
+type permitSets [len(permitOps)][2][numDeciders][]metric.AddOption
 
 // New returns an Observer whose instruments are made by mp's meter named
 // ScopeName. It returns an error wrapping fleetlimit.ErrInvalidConfig for a
@@ -147,7 +171,7 @@ func New(mp metric.MeterProvider) (*Observer, error) {
 	}
 	m := mp.Meter(ScopeName)
 	o := &Observer{}
-	var errs [7]error
+	var errs [8]error
 	o.decisions, errs[0] = m.Int64Counter("fleetlimit.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate-limit decisions, by limiter, result (allowed, denied) and decider (store, cache, lease, policy, fallback, caller)."))
 	o.cost, errs[1] = m.Int64Counter("fleetlimit.cost", metric.WithUnit("{cost}"),
@@ -164,6 +188,8 @@ func New(mp metric.MeterProvider) (*Observer, error) {
 	if errs[5] == nil {
 		_, errs[6] = m.RegisterCallback(o.observeBreakers, o.breaker)
 	}
+	o.permitOps, errs[7] = m.Int64Counter("fleetlimit.permit.operations", metric.WithUnit("{operation}"),
+		metric.WithDescription("Operations on a concurrency limit's permits, by limiter, fleetlimit.permit.op (acquire, release, renew), result and decider."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("otelobserver: %w", err)
 	}
@@ -188,6 +214,46 @@ func (o *Observer) Observe(e fleetlimit.Event) {
 	if c := e.Cause(); c != fleetlimit.CauseNone {
 		o.storeErrors.Add(ctx, 1, s.errorOptions(c)...)
 	}
+}
+
+// ObservePermit records a permit operation on fleetlimit.permit.operations.
+func (o *Observer) ObservePermit(e fleetlimit.Event) {
+	i := int(e.Permit) - int(fleetlimit.PermitAcquire)
+	if i < 0 || i >= len(permitOps) {
+		return // not an operation this package knows
+	}
+	s := o.setsOf(e)
+	ps := s.permits.Load()
+	if ps == nil {
+		ps = newPermitSets(s.name)
+		if !s.permits.CompareAndSwap(nil, ps) {
+			ps = s.permits.Load()
+		}
+	}
+	r := 0
+	if !e.Allowed {
+		r = 1
+	}
+	if int(e.DecidedBy) < numDeciders {
+		o.permitOps.Add(context.Background(), 1, ps[i][r][e.DecidedBy]...)
+		return
+	}
+	o.permitOps.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(s.name),
+		PermitOpKey.String(permitOps[i].String()), ResultKey.String(results[r]), DeciderKey.String(e.DecidedBy.String()))))
+}
+
+// newPermitSets builds the permit attribute sets of the limiter named name.
+func newPermitSets(name string) *permitSets {
+	ps := new(permitSets)
+	for i, op := range permitOps {
+		for r, result := range results {
+			for d := range numDeciders {
+				ps[i][r][d] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name),
+					PermitOpKey.String(op.String()), ResultKey.String(result), DeciderKey.String(fleetlimit.Decider(d).String())))}
+			}
+		}
+	}
+	return ps
 }
 
 // optionsFor returns the options of a decision with result r (0 allowed)

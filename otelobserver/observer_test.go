@@ -137,6 +137,7 @@ func TestObserverRecords(t *testing.T) {
 				"fleetlimit.decision.duration": "s",
 				"fleetlimit.store.errors":      "{error}",
 				"fleetlimit.breaker.state":     "{state}",
+				"fleetlimit.permit.operations": "{operation}",
 			}, c.units)
 			requirePoints(t, map[string]float64{
 				"fleetlimit.decisions{fleetlimit.decider=store,fleetlimit.limiter=api,fleetlimit.result=allowed}": 2,
@@ -186,6 +187,18 @@ func TestObserverRecords(t *testing.T) {
 				"fleetlimit.decisions{fleetlimit.decider=store,fleetlimit.limiter=bare,fleetlimit.result=allowed}": 1,
 				"fleetlimit.cost{fleetlimit.decider=store,fleetlimit.limiter=bare,fleetlimit.result=allowed}":      2,
 				"fleetlimit.decision.duration{fleetlimit.decider=store,fleetlimit.limiter=bare}":                   1,
+
+				// Permit operations, recorded apart: their limiters made
+				// no decision.
+				"fleetlimit.permit.operations{fleetlimit.decider=store,fleetlimit.limiter=permits,fleetlimit.permit.op=acquire,fleetlimit.result=allowed}":         2,
+				"fleetlimit.permit.operations{fleetlimit.decider=store,fleetlimit.limiter=permits,fleetlimit.permit.op=acquire,fleetlimit.result=denied}":          1,
+				"fleetlimit.permit.operations{fleetlimit.decider=store,fleetlimit.limiter=permits,fleetlimit.permit.op=release,fleetlimit.result=allowed}":         3,
+				"fleetlimit.permit.operations{fleetlimit.decider=store,fleetlimit.limiter=permits,fleetlimit.permit.op=renew,fleetlimit.result=allowed}":           1,
+				"fleetlimit.permit.operations{fleetlimit.decider=store,fleetlimit.limiter=permits,fleetlimit.permit.op=renew,fleetlimit.result=denied}":            1,
+				"fleetlimit.permit.operations{fleetlimit.decider=fallback,fleetlimit.limiter=permits-down,fleetlimit.permit.op=acquire,fleetlimit.result=allowed}": 1,
+				"fleetlimit.permit.operations{fleetlimit.decider=fallback,fleetlimit.limiter=permits-down,fleetlimit.permit.op=release,fleetlimit.result=allowed}": 1,
+				"fleetlimit.breaker.state{fleetlimit.limiter=permits}":      0,
+				"fleetlimit.breaker.state{fleetlimit.limiter=permits-down}": 0,
 			}, c)
 			// Every histogram: the documented bounds, 50µs to 100ms, and
 			// bucket counts that add up to its count.
@@ -444,6 +457,16 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 	e := storeEvent()
 	obs.Observe(e)
 	require.Zero(t, testing.AllocsPerRun(1000, func() { obs.Observe(e) }))
+}
+
+// After a limiter's first permit operation ObservePermit allocates
+// nothing either.
+func TestObservePermitDoesNotAllocate(t *testing.T) {
+	obs, _ := newObserver(t)
+	e := storeEvent()
+	e.Permit = fleetlimit.PermitRelease
+	obs.ObservePermit(e)
+	require.Zero(t, testing.AllocsPerRun(1000, func() { obs.ObservePermit(e) }))
 }
 
 // A nil MeterProvider is a configuration error.

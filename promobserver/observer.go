@@ -15,6 +15,16 @@
 //	fleetlimit_breaker_state{limiter}                gauge: 0 closed, 1 half-open, 2 open
 //	fleetlimit_local_decisions_total{limiter, by}    counter: decisions made with no round trip
 //	    by: lease (fleetlimit.WithLeases), cache (fleetlimit.WithDenialCache)
+//	fleetlimit_permit_operations_total{limiter, op, outcome}  counter: a concurrency limit's permits
+//	    op: acquire, release, renew (fleetlimit.PermitOp); outcome as for decisions
+//
+// Permit operations (Observer is a fleetlimit.PermitObserver) are counted
+// in permit_operations_total only, never as decisions. Their outcome is the
+// operation's: allowed is an admitted acquire, a permit released (or no
+// longer held) and a renew that extended its permit; denied is an acquire
+// denied and a renew of an expired permit; degraded-* are operations the
+// store did not decide (an acquire decided by the policy or the fallback,
+// a release or renew that could not reach the store).
 //
 // Round trips saved: local decisions are counted in decisions_total too, so
 // rate(local_decisions_total) / rate(decisions_total) is the share of
@@ -68,12 +78,16 @@ type Observer struct {
 	latency     *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
 	local       *prometheus.CounterVec
+	permitOps   *prometheus.CounterVec
 	breaker     *prometheus.Desc
 
 	limiters sync.Map // name -> *limiterMetrics
 }
 
-var _ fleetlimit.Observer = (*Observer)(nil)
+var (
+	_ fleetlimit.Observer       = (*Observer)(nil)
+	_ fleetlimit.PermitObserver = (*Observer)(nil)
+)
 
 // limiterMetrics are one limiter's series, looked up once.
 type limiterMetrics struct {
@@ -83,7 +97,14 @@ type limiterMetrics struct {
 	latency                  prometheus.Observer
 	byLease, byCache         prometheus.Counter
 	breaker                  atomic.Pointer[fleetlimit.Breaker]
+	permits                  atomic.Pointer[permitCounters] // at the limiter's first permit operation
 }
+
+// permitCounters are one limiter's permit_operations_total series, by op
+// (acquire, release, renew) and outcome index.
+type permitCounters [3][5]prometheus.Counter
+
+var permitOpNames = [3]fleetlimit.PermitOp{fleetlimit.PermitAcquire, fleetlimit.PermitRelease, fleetlimit.PermitRenew}
 
 var outcomeNames = [5]string{OutcomeAllowed, OutcomeDenied, OutcomeDegradedAllowed, OutcomeDegradedDenied, OutcomeCallerGone}
 
@@ -122,10 +143,14 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 			Name: "fleetlimit_local_decisions_total",
 			Help: "Rate-limit decisions made in process with no round trip to the store, by limiter and by what made them (lease, cache).",
 		}, []string{"limiter", "by"}),
+		permitOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetlimit_permit_operations_total",
+			Help: "Operations on a concurrency limit's permits, by limiter, op (acquire, release, renew) and outcome (allowed, denied, degraded-allowed, degraded-denied, caller-gone).",
+		}, []string{"limiter", "op", "outcome"}),
 		breaker: prometheus.NewDesc("fleetlimit_breaker_state",
 			"State of the limiter's circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"limiter"}, nil),
 	}
-	for _, c := range []prometheus.Collector{o.decisions, o.cost, o.shadow, o.latency, o.storeErrors, o.local, breakerCollector{o}} {
+	for _, c := range []prometheus.Collector{o.decisions, o.cost, o.shadow, o.latency, o.storeErrors, o.local, o.permitOps, breakerCollector{o}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("promobserver: %w", err)
 		}
@@ -133,23 +158,25 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 	return o, nil
 }
 
+// outcome is the index in outcomeNames of e's outcome.
+func outcome(e fleetlimit.Event) int {
+	switch {
+	case e.DecidedBy == fleetlimit.DecidedByCaller:
+		return 4
+	case e.Degraded() && e.Allowed:
+		return 2
+	case e.Degraded():
+		return 3
+	case e.Allowed:
+		return 0
+	}
+	return 1
+}
+
 // Observe counts e.
 func (o *Observer) Observe(e fleetlimit.Event) {
 	m := o.metricsOf(e)
-	var out int
-	switch {
-	case e.DecidedBy == fleetlimit.DecidedByCaller:
-		out = 4
-	case e.Degraded() && e.Allowed:
-		out = 2
-	case e.Degraded():
-		out = 3
-	case e.Allowed:
-		out = 0
-	default:
-		out = 1
-	}
-	m.outcomes[out].Inc()
+	m.outcomes[outcome(e)].Inc()
 	if e.Allowed {
 		m.admittedCost.Add(float64(e.N))
 	} else {
@@ -168,6 +195,28 @@ func (o *Observer) Observe(e fleetlimit.Event) {
 	if c := e.Cause(); c != fleetlimit.CauseNone {
 		o.storeErrors.WithLabelValues(e.Name, causeLabel(c)).Inc()
 	}
+}
+
+// ObservePermit counts a permit operation in permit_operations_total.
+func (o *Observer) ObservePermit(e fleetlimit.Event) {
+	i := int(e.Permit) - int(fleetlimit.PermitAcquire)
+	if i < 0 || i >= len(permitOpNames) {
+		return // not a permit operation this package knows
+	}
+	m := o.metricsOf(e)
+	pc := m.permits.Load()
+	if pc == nil {
+		pc = new(permitCounters)
+		for j, op := range permitOpNames {
+			for k, name := range outcomeNames {
+				pc[j][k] = o.permitOps.WithLabelValues(e.Name, op.String(), name)
+			}
+		}
+		if !m.permits.CompareAndSwap(nil, pc) {
+			pc = m.permits.Load()
+		}
+	}
+	pc[i][outcome(e)].Inc()
 }
 
 // metricsOf returns the series of e's limiter, creating them on its first

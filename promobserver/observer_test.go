@@ -167,6 +167,40 @@ func TestObserverScrape(t *testing.T) {
 					want[fmt.Sprintf(`fleetlimit_local_decisions_total{by=%q,limiter=%q}`, by, name)] = 0
 				}
 			}
+			// The permit operations, counted apart: their limiters made no
+			// decision.
+			permitOps := map[string]map[string][5]float64{ // limiter -> op -> by outcome
+				"permits": {
+					"acquire": {2, 1, 0, 0, 0},
+					"release": {3, 0, 0, 0, 0},
+					"renew":   {1, 1, 0, 0, 0}, // the second: expired (released)
+				},
+				"permits-down": {
+					"acquire": {0, 0, 1, 0, 0}, // by the fallback, with a store error
+					"release": {1, 0, 0, 0, 0}, // in the fallback, no error
+					"renew":   {0, 0, 0, 0, 0},
+				},
+			}
+			outcomes := []string{"allowed", "denied", "degraded-allowed", "degraded-denied", "caller-gone"}
+			for name, ops := range permitOps {
+				for op, counts := range ops {
+					for i, out := range outcomes {
+						want[fmt.Sprintf(`fleetlimit_permit_operations_total{limiter=%q,op=%q,outcome=%q}`, name, op, out)] = counts[i]
+					}
+				}
+				for _, out := range outcomes {
+					want[fmt.Sprintf(`fleetlimit_decisions_total{limiter=%q,outcome=%q}`, name, out)] = 0
+				}
+				for _, r := range []string{"admitted", "denied"} {
+					want[fmt.Sprintf(`fleetlimit_cost_total{limiter=%q,result=%q}`, name, r)] = 0
+				}
+				for _, by := range []string{"lease", "cache"} {
+					want[fmt.Sprintf(`fleetlimit_local_decisions_total{by=%q,limiter=%q}`, by, name)] = 0
+				}
+				want[fmt.Sprintf(`fleetlimit_shadow_admissions_total{limiter=%q}`, name)] = 0
+				want[fmt.Sprintf(`fleetlimit_decision_duration_seconds_count{limiter=%q}`, name)] = 0
+				want[fmt.Sprintf(`fleetlimit_breaker_state{limiter=%q}`, name)] = 0
+			}
 			for series, v := range want {
 				require.Contains(t, got, series, "series missing from the scrape:\n%s", body)
 				require.Equal(t, v, got[series], series)

@@ -25,7 +25,13 @@
 // at the limit, for Redis memory per key). Overload and fleet also run every
 // strategy that can lease with fleetlimit.WithLeases (-leases, default
 // sizes 8 and 64) over the shared Redis, one Limiter per instance, and count
-// the round trips per decision. Time is virtual, so minutes of
+// the round trips per decision. Concurrency (its own table) compares an
+// in-flight limit, algorithm.Concurrency(10, 30s) with Acquire and Release,
+// against rate limits set to what its slots serve, on jobs of random length
+// (fixed seed) through 4 instances, one of which crashes with the permits it
+// holds: what each admits, the most in flight at once, and the slots lost
+// to the crash until their ttl (text, markdown and json; csv has the main
+// table only). Time is virtual, so minutes of
 // traffic take seconds. Against a real Redis, the run writes keys under
 // "fleetlimit-compare:" and removes them after each row (an interrupted run
 // leaves them to expire within a window); INFO deltas assume that nothing

@@ -37,7 +37,7 @@ const (
 )
 
 // Scenarios lists every scenario, in report order.
-var Scenarios = []string{Boundary, Overload, Fleet, ManyUsers}
+var Scenarios = []string{Boundary, Overload, Fleet, ManyUsers, ConcurrencyScenario}
 
 // Store names in a Row.
 const (
@@ -141,6 +141,8 @@ type Report struct {
 	Elapsed time.Duration `json:"-"`
 	// Projection is Projections(), for JSON.
 	Projection []Projection `json:"projection,omitempty"`
+	// Concurrency are the rows of the concurrency scenario (concurrency.go).
+	Concurrency []ConcurrencyRow `json:"concurrency,omitempty"`
 }
 
 // Row is one (scenario, algorithm, store, instances). Counts are in units
@@ -397,6 +399,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Rows = append(rep.Rows, row)
 		if series != nil {
 			rep.Series = append(rep.Series, *series)
+		}
+	}
+	if slices.Contains(cfg.Scenarios, ConcurrencyScenario) {
+		if rep.Concurrency, err = r.runConcurrency(ctx); err != nil {
+			return nil, err
 		}
 	}
 	rep.Projection = rep.Projections()

@@ -243,15 +243,38 @@ func (rep *Report) writeText(w io.Writer) error {
 		b.WriteString(l + "\n")
 	}
 	if head, rows, notes := rep.projectionCells(); head != nil {
-		b.WriteString("\nMemory projection\n\n")
-		writeAligned(&b, append([][]string{head}, rows...), 1)
-		b.WriteByte('\n')
-		for _, l := range notes {
-			b.WriteString(l + "\n")
-		}
+		textSection(&b, "Memory projection", head, rows, notes, 1)
+	}
+	if head, rows, notes := rep.concurrencyCells(); head != nil {
+		textSection(&b, "Concurrency: an in-flight limit against rate limits", head, rows, notes, 3)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// textSection writes a table of its own under title, its first left
+// columns left-aligned, and its notes.
+func textSection(b *strings.Builder, title string, head []string, rows [][]string, notes []string, left int) {
+	b.WriteString("\n" + title + "\n\n")
+	writeAligned(b, append([][]string{head}, rows...), left)
+	b.WriteByte('\n')
+	for _, l := range notes {
+		b.WriteString(l + "\n")
+	}
+}
+
+// markdownSection writes a table of its own under a bold title, its first
+// left columns left-aligned, and its notes as a list.
+func markdownSection(b *strings.Builder, title string, head []string, rows [][]string, notes []string, left int) {
+	b.WriteString("\n**" + title + "**\n\n")
+	b.WriteString("| " + strings.Join(head, " | ") + " |\n" + strings.Repeat("|:---", left) + strings.Repeat("|---:", len(head)-left) + "|\n")
+	for _, r := range rows {
+		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+	}
+	b.WriteByte('\n')
+	for _, l := range notes {
+		b.WriteString("- " + l + "\n")
+	}
 }
 
 // writeAligned writes cells as a text table: the first skip columns
@@ -304,15 +327,10 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 		b.WriteString("- " + l + "\n")
 	}
 	if head, rows, notes := rep.projectionCells(); head != nil {
-		b.WriteString("\n**Memory projection**\n\n")
-		b.WriteString("| " + strings.Join(head, " | ") + " |\n|:---|---:" + strings.Repeat("|---:", len(head)-2) + "|\n")
-		for _, r := range rows {
-			b.WriteString("| " + strings.Join(r, " | ") + " |\n")
-		}
-		b.WriteByte('\n')
-		for _, l := range notes {
-			b.WriteString("- " + l + "\n")
-		}
+		markdownSection(&b, "Memory projection", head, rows, notes, 1)
+	}
+	if head, rows, notes := rep.concurrencyCells(); head != nil {
+		markdownSection(&b, "Concurrency: an in-flight limit against rate limits", head, rows, notes, 3)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -52,21 +52,34 @@ func fixedClock(t time.Time) func() time.Time { return func() time.Time { return
 //     again (0 left): 5 admitted by the store, 3 by a lease; then 1 denied
 //     by the store and its repeat denied by the cache.
 //   - bare (3 a minute, WithoutBreaker): a cost of 2 admitted by the store.
+//   - permits (algorithm.Concurrency(2, a minute)): permits a and b
+//     acquired (1 and 0 slots left), c denied by the store; a renewed; a
+//     released, and released again (harmless: no longer held); a renewed
+//     again, denied (expired: ErrPermitExpired); b released. Observed by a
+//     PermitObserver only: 3 acquires (2 admitted), 3 releases, 2 renews
+//     (1 extended), all decided by the store, and no AllowN decision.
+//   - permits-down (the same, on the dead store; FailLocal, the
+//     default): one permit acquired by the fallback with a store error
+//     (connection refused), then released in the fallback without error.
 //
 // The decisions of one limiter are made in that order, one at a time.
 func Run(t testing.TB, st store.Store, obs fleetlimit.Observer) {
 	t.Helper()
 	bg := context.Background()
 	clock := fleetlimit.WithClock(fixedClock(proptest.Epoch.Add(15 * time.Second)))
-	newLimiter := func(st store.Store, name string, limit int64, opts ...fleetlimit.Option) *fleetlimit.Limiter {
+	newWith := func(s algorithm.Strategy, st store.Store, name string, opts ...fleetlimit.Option) *fleetlimit.Limiter {
 		t.Helper()
-		l, err := fleetlimit.New(algorithm.FixedWindow(limit, time.Minute), st, append([]fleetlimit.Option{
+		l, err := fleetlimit.New(s, st, append([]fleetlimit.Option{
 			fleetlimit.WithName(name), fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(slowMachine),
 			fleetlimit.WithObserver(obs), clock}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return l
+	}
+	newLimiter := func(st store.Store, name string, limit int64, opts ...fleetlimit.Option) *fleetlimit.Limiter {
+		t.Helper()
+		return newWith(algorithm.FixedWindow(limit, time.Minute), st, name, opts...)
 	}
 	check := func(ok bool, format string, args ...any) {
 		t.Helper()
@@ -119,4 +132,38 @@ func Run(t testing.TB, st store.Store, obs fleetlimit.Observer) {
 
 	res, err = bare.AllowN(bg, Key, 2)
 	check(err == nil && res.Allowed, "bare: %+v, %v", res, err)
+
+	runPermits(t, st, dead, newWith)
+}
+
+// runPermits makes the permits and permits-down operations of Run.
+func runPermits(t testing.TB, st, dead store.Store, newWith func(algorithm.Strategy, store.Store, string, ...fleetlimit.Option) *fleetlimit.Limiter) {
+	t.Helper()
+	bg := context.Background()
+	check := func(ok bool, format string, args ...any) {
+		t.Helper()
+		if !ok {
+			t.Fatalf(format, args...)
+		}
+	}
+	conc := algorithm.Concurrency(2, time.Minute)
+	permits := newWith(conc, st, "permits")
+	var held []fleetlimit.Permit
+	for i := range 3 {
+		p, res, err := permits.Acquire(bg, Key)
+		check(err == nil && res.Allowed == (i < 2) && (i == 2 || res.Remaining == int64(1-i)), "permits acquire %d: %+v, %v", i, res, err)
+		held = append(held, p)
+	}
+	a, b := held[0], held[1]
+	check(a.Renew(bg) == nil, "permits: renew a")
+	check(a.Release(bg) == nil, "permits: release a")
+	check(a.Release(bg) == nil, "permits: release a again")
+	err := a.Renew(bg)
+	check(errors.Is(err, fleetlimit.ErrPermitExpired), "permits: renew a released: %v", err)
+	check(b.Release(bg) == nil, "permits: release b")
+
+	down := newWith(conc, dead, "permits-down")
+	p, res, err := down.Acquire(bg, Key)
+	check(res.Allowed && errors.Is(err, fleetlimit.ErrStoreUnavailable), "permits-down acquire: %+v, %v", res, err)
+	check(p.Release(bg) == nil, "permits-down: release in the fallback")
 }
