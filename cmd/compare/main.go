@@ -24,8 +24,10 @@
 // instances behind a round-robin load balancer) and many-users (10,000 users
 // at the limit, for Redis memory per key). Overload and fleet also run every
 // strategy that can lease with fleetlimit.WithLeases (-leases, default
-// sizes 8 and 64) over the shared Redis, one Limiter per instance, and count
-// the round trips per decision. Time is virtual, so minutes of
+// sizes 8 and 64), and beside each the same with adaptive sizes from
+// -lease-floor (default 2, fleetlimit.WithLeaseFloor) up to it, over the
+// shared Redis, one Limiter per instance, and count the round trips per
+// decision. Time is virtual, so minutes of
 // traffic take seconds. Against a real Redis, the run writes keys under
 // "fleetlimit-compare:" and removes them after each row (an interrupted run
 // leaves them to expire within a window); INFO deltas assume that nothing
@@ -75,6 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 		instances = fs.String("instances", "1,4,16", "fleet sizes, comma-separated")
 		leaseList = fs.String("leases", "8,64", "lease sizes (WithLeases) of the extra overload and fleet rows for every strategy that can lease, comma-separated, or none")
 		leaseAge  = fs.Duration("lease-max-age", 0, "maxAge of those leases (default: the window)")
+		leaseLow  = fs.Int64("lease-floor", 2, "floor (WithLeaseFloor) of the adaptive lease rows beside each larger lease size, or 0 for none")
 		scenarios = fs.String("scenarios", strings.Join(compare.Scenarios, ","), "scenarios to run, comma-separated")
 		progress  = fs.String("progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on, off")
 	)
@@ -175,6 +178,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 		// shortest window; a max age of 0 is the default.
 		LeaseSizes:  leaseSizes,
 		LeaseMaxAge: *leaseAge,
+		LeaseFloor:  *leaseLow,
+	}
+	if *leaseLow == 0 {
+		cfg.LeaseFloor = -1
 	}
 	var line progressLine
 	if showProgress {
