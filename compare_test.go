@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/bits"
 	"os"
 	"slices"
 	"strconv"
@@ -46,7 +47,7 @@ func index(t *testing.T, rep *compare.Report) rows {
 	t.Helper()
 	out := rows{}
 	for _, r := range rep.Rows {
-		k := rowKey(r.Scenario, leased(r.Algorithm, r.Lease), r.Store, r.Instances, r.Limit)
+		k := rowKey(r.Scenario, adaptive(r.Algorithm, r.Lease, r.LeaseFloor), r.Store, r.Instances, r.Limit)
 		if _, dup := out[k]; dup {
 			t.Fatalf("two rows for %s", k)
 		}
@@ -61,6 +62,15 @@ func leased(algo string, n int64) string {
 		return algo
 	}
 	return fmt.Sprintf("%s+leases %d", algo, n)
+}
+
+// adaptive names an algorithm with leases of up to size n adapting from
+// floor (0: fixed) in a row key.
+func adaptive(algo string, n, floor int64) string {
+	if floor == 0 {
+		return leased(algo, n)
+	}
+	return fmt.Sprintf("%s+leases %d-%d", algo, floor, n)
 }
 
 func rowKey(scenario, algo, store string, k int, limit int64) string {
@@ -217,15 +227,18 @@ func checkLeaseRows(t *testing.T, rep *compare.Report, rs rows) {
 				continue
 			}
 			for _, n := range []int64{8, 64} {
-				rs.get(t, "overload 3x", leased(e.Name, n), compare.StoreRedis, 1, compareLimit)
-				for _, k := range compareFleet {
-					rs.get(t, "fleet", leased(e.Name, n), compare.StoreRedis, k, compareLimit)
+				for _, algo := range []string{leased(e.Name, n), adaptive(e.Name, n, 2)} {
+					rs.get(t, "overload 3x", algo, compare.StoreRedis, 1, compareLimit)
+					for _, k := range compareFleet {
+						rs.get(t, "fleet", algo, compare.StoreRedis, k, compareLimit)
+					}
 				}
 			}
 		}
 	})
 	t.Run("leased admissions stay within the stated bound", func(t *testing.T) {
-		// K instances each hold at most size-1 unspent units of a key: a
+		// K instances each hold at most size-1 unspent units of a key (size
+		// the largest, for adaptive sizes): a
 		// token bucket admits at most burst + rate*d/per + K*(size-1) in any
 		// interval d, a fixed window at most limit + K*(size-1) per aligned
 		// window, a sliding log at most limit + K*(size-1) in any interval
@@ -255,7 +268,7 @@ func checkLeaseRows(t *testing.T, rep *compare.Report, rs rows) {
 			}
 			checked++
 			if err != nil {
-				t.Errorf("%s %s x%d, leases of %d: %v", s.Scenario, s.Algorithm, s.Instances, s.Lease, err)
+				t.Errorf("%s %s x%d, leases of %d (floor %d): %v", s.Scenario, s.Algorithm, s.Instances, s.Lease, s.Floor, err)
 			}
 		}
 		if checked == 0 {
@@ -292,6 +305,14 @@ func TestCompareLeasesHotKey(t *testing.T) {
 			t.Errorf("leases of %d: %d round trips for %d decisions, want at most 1 + ⌈(%d−1)/%d⌉ = %d", n, r.StoreCalls, r.Decisions, r.Decisions, n, want)
 		}
 		t.Logf("leases of %d: %d round trips for %d decisions (%.4f each)", n, r.StoreCalls, r.Decisions, *r.RoundTrips)
+		// Adaptive sizes from 2: every lease is spent at once, so each asks
+		// for twice the last, up to n: at most ⌈log2(n/2)⌉ more leases.
+		a := rs.get(t, "fleet", adaptive("token_bucket", n, 2), compare.StoreRedis, 1, limit)
+		growth := int64(bits.Len64(uint64(n/2 - 1)))
+		if want := 1 + growth + (a.Decisions-1+n-1)/n; a.StoreCalls > want || a.Admitted != a.Sent {
+			t.Errorf("leases of 2 to %d: %d round trips for %d decisions (admitted %d of %d), want at most %d", n, a.StoreCalls, a.Decisions, a.Admitted, a.Sent, want)
+		}
+		t.Logf("leases of 2 to %d: %d round trips for %d decisions (%.4f each)", n, a.StoreCalls, a.Decisions, *a.RoundTrips)
 	}
 }
 

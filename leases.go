@@ -183,7 +183,11 @@ func WithLeaseAhead() Option {
 // this instance's traffic on the key, between floor and WithLeases' size
 // (the largest): a key's first lease asks for floor units; then a lease
 // spent down to half of what it asked for within maxAge/8 of its taking
-// asks the next for twice as many, one that still holds more than half
+// asks the next for twice as many, and so does a lease taken ahead
+// (WithLeaseAhead) by a round trip a request had to wait for — the
+// instance spent the lease before it in less than a round trip, so a hot
+// key's leases grow until one round trip's worth of its traffic fits in
+// half a lease; one that still holds more than half
 // when the next is taken (it aged out, or the requests were too large)
 // asks for half, and any other for as many. So a quiet instance holds at
 // most floor units of a key (and hands back what it did not spend), and a

@@ -1116,14 +1116,26 @@ func TestLeasesConcurrent(t *testing.T) {
 }
 
 // BenchmarkLeases: one hot key that never runs out (a token bucket of 10^9
-// per second), with leases of 32 and 64 and without, on memory, miniredis
-// and the real server, from 1 goroutine and from 64. "store-calls/op" is
-// the round trips per decision.
+// per second), without leases and with leases of 32, 64 and 1,024, of 64
+// and 1,024 taken ahead (WithLeaseAhead), and of 2 to 1,024 taken ahead
+// (WithLeaseFloor), on
+// memory, miniredis and the real server, from 1 goroutine and from 64.
+// "store-calls/op" is the round trips per decision; "waited/op" the
+// decisions that waited on a round trip (their own or another's), per
+// decision.
 func BenchmarkLeases(b *testing.B) {
+	type config struct {
+		name  string
+		size  int64
+		ahead bool
+		floor int64
+	}
+	configs := []config{{"size=0", 0, false, 0}, {"size=32", 32, false, 0}, {"size=64", 64, false, 0},
+		{"size=64+ahead", 64, true, 0}, {"size=1024", 1024, false, 0}, {"size=1024+ahead", 1024, true, 0}, {"size=2-1024+ahead", 1024, true, 2}}
 	for _, name := range []string{"memory", "miniredis", "redis"} {
-		for _, size := range []int64{0, 32, 64} {
+		for _, cf := range configs {
 			for _, procs := range []int{1, 64} {
-				b.Run(fmt.Sprintf("%s/size=%d/goroutines=%d", name, size, procs), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/%s/goroutines=%d", name, cf.name, procs), func(b *testing.B) {
 					var st store.Store
 					switch name {
 					case "memory":
@@ -1141,8 +1153,14 @@ func BenchmarkLeases(b *testing.B) {
 								storeCalls.Add(1)
 							}
 						}))}
-					if size > 0 {
-						opts = append(opts, fleetlimit.WithLeases(size, time.Second))
+					if cf.size > 0 {
+						opts = append(opts, fleetlimit.WithLeases(cf.size, time.Second))
+					}
+					if cf.ahead {
+						opts = append(opts, fleetlimit.WithLeaseAhead())
+					}
+					if cf.floor > 0 {
+						opts = append(opts, fleetlimit.WithLeaseFloor(cf.floor))
 					}
 					l, err := fleetlimit.New(algorithm.TokenBucket(1_000_000_000, time.Second, 1_000_000_000), st, opts...)
 					if err != nil {
@@ -1167,7 +1185,14 @@ func BenchmarkLeases(b *testing.B) {
 							}
 						})
 					}
+					b.StopTimer()
 					b.ReportMetric(float64(storeCalls.Load())/float64(b.N), "store-calls/op")
+					if cf.size > 0 {
+						b.ReportMetric(float64(fleetlimit.LeaseWaits(l))/float64(b.N), "waited/op")
+						if err := l.Close(); err != nil {
+							b.Fatal(err)
+						}
+					}
 				})
 			}
 		}

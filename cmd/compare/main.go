@@ -24,8 +24,10 @@
 // instances behind a round-robin load balancer) and many-users (10,000 users
 // at the limit, for Redis memory per key). Overload and fleet also run every
 // strategy that can lease with fleetlimit.WithLeases (-leases, default
-// sizes 8 and 64) over the shared Redis, one Limiter per instance, and count
-// the round trips per decision. Concurrency (its own table) compares an
+// sizes 8 and 64), and beside each the same with adaptive sizes from
+// -lease-floor (default 2, fleetlimit.WithLeaseFloor) up to it, over the
+// shared Redis, one Limiter per instance, and count the round trips per
+// decision. Concurrency (its own table) compares an
 // in-flight limit, algorithm.Concurrency(10, 30s) with Acquire and Release,
 // against rate limits set to what its slots serve, on jobs of random length
 // (fixed seed) through 4 instances, one of which crashes with the permits it
@@ -81,6 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 		instances = fs.String("instances", "1,4,16", "fleet sizes, comma-separated")
 		leaseList = fs.String("leases", "8,64", "lease sizes (WithLeases) of the extra overload and fleet rows for every strategy that can lease, comma-separated, or none")
 		leaseAge  = fs.Duration("lease-max-age", 0, "maxAge of those leases (default: the window)")
+		leaseLow  = fs.Int64("lease-floor", 2, "floor (WithLeaseFloor) of the adaptive lease rows beside each larger lease size, or 0 for none")
 		scenarios = fs.String("scenarios", strings.Join(compare.Scenarios, ","), "scenarios to run, comma-separated")
 		progress  = fs.String("progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on, off")
 	)
@@ -181,6 +184,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, stderrIsT
 		// shortest window; a max age of 0 is the default.
 		LeaseSizes:  leaseSizes,
 		LeaseMaxAge: *leaseAge,
+		LeaseFloor:  *leaseLow,
+	}
+	if *leaseLow == 0 {
+		cfg.LeaseFloor = -1
 	}
 	var line progressLine
 	if showProgress {

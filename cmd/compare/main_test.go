@@ -96,11 +96,12 @@ func TestSmallRun(t *testing.T) {
 		t.Fatalf("%v:\n%s", err, stdout)
 	}
 	// Every algorithm x two stores x (boundary + two fleet sizes), and
-	// every strategy that can lease x two lease sizes x two fleet sizes.
+	// every strategy that can lease x two lease sizes, fixed and adapting
+	// from 2, x two fleet sizes.
 	rows := len(algorithm.Registry()) * 2 * 3
 	for _, e := range algorithm.Registry() {
 		if sc := e.New(5, time.Minute).Script(); sc != nil && sc.Leases {
-			rows += 2 * 2
+			rows += 2 * 2 * 2
 		}
 	}
 	if rep.Limit != 5 || len(rep.Rows) != rows {

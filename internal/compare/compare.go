@@ -111,6 +111,12 @@ type Config struct {
 	// it is spent rather than when it ages, so that the rows show what the
 	// size saves; a shorter maxAge ends leases early and adds round trips.
 	LeaseMaxAge time.Duration
+	// LeaseFloor is the floor (fleetlimit.WithLeaseFloor) of the adaptive
+	// lease rows: beside each fixed-size row of a size above it, a row
+	// whose lease sizes follow each instance's traffic from LeaseFloor up
+	// to that size. 0 means the default, 2; negative means no adaptive
+	// rows. At most MaxLimit.
+	LeaseFloor int64
 	// Progress, if set, is called as the run advances (from one goroutine
 	// at a time, possibly often: throttle before printing).
 	Progress func(Progress)
@@ -155,10 +161,13 @@ type Row struct {
 	// Lease is the lease size each instance's limiter was built with
 	// (fleetlimit.WithLeases), or 0 for an exact limiter: a round trip per
 	// decision.
-	Lease     int64 `json:"lease_size,omitempty"`
-	Instances int   `json:"instances"`
-	Users     int   `json:"users"`
-	Limit     int64 `json:"limit"`
+	Lease int64 `json:"lease_size,omitempty"`
+	// LeaseFloor is, for an adaptive row, the floor of its lease sizes
+	// (fleetlimit.WithLeaseFloor; Lease is the largest); 0 for fixed sizes.
+	LeaseFloor int64 `json:"lease_floor,omitempty"`
+	Instances  int   `json:"instances"`
+	Users      int   `json:"users"`
+	Limit      int64 `json:"limit"`
 	// Decisions is the number of AllowN calls made.
 	Decisions int64 `json:"decisions"`
 	Sent      int64 `json:"sent"`
@@ -219,6 +228,7 @@ type Series struct {
 	Scenario  string
 	Algorithm string
 	Lease     int64 // Row.Lease
+	Floor     int64 // Row.LeaseFloor
 	Store     string
 	Instances int
 	Limit     int64
@@ -264,6 +274,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LeaseSizes == nil {
 		c.LeaseSizes = []int64{8, 64}
+	}
+	if c.LeaseFloor == 0 {
+		c.LeaseFloor = 2
 	}
 	if c.LeaseMaxAge == 0 {
 		c.LeaseMaxAge = c.Window
@@ -312,6 +325,9 @@ func (c *Config) validate() error {
 		if n < 1 || n > MaxLimit {
 			bad("lease size %d, want 1 to %d", n, MaxLimit)
 		}
+	}
+	if c.LeaseFloor > MaxLimit || c.LeaseFloor == 1 {
+		bad("lease floor %d, want 2 to %d, or negative for none", c.LeaseFloor, MaxLimit)
 	}
 	if c.LeaseMaxAge < algorithm.MinWindow {
 		bad("lease max age %v, want at least %v", c.LeaseMaxAge, algorithm.MinWindow)
@@ -379,6 +395,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			for _, n := range cfg.LeaseSizes {
 				jobs = append(jobs, job{plan: p, entry: e, store: StoreRedis, lease: n})
+				if f := cfg.LeaseFloor; f > 0 && n > f {
+					jobs = append(jobs, job{plan: p, entry: e, store: StoreRedis, lease: n, floor: f})
+				}
 			}
 		}
 	}

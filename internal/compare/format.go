@@ -53,7 +53,7 @@ func rawOptional(v *float64) string {
 
 var columns = []column{
 	{head: "scenario", text: func(_ Report, r Row) string { return r.Scenario }, raw: func(r Row) string { return r.Scenario }},
-	{head: "algorithm", text: func(_ Report, r Row) string { return algorithmLabel(r.Algorithm, r.Lease) }, raw: func(r Row) string { return r.Algorithm }},
+	{head: "algorithm", text: func(_ Report, r Row) string { return algorithmLabel(r.Algorithm, r.Lease, r.LeaseFloor) }, raw: func(r Row) string { return r.Algorithm }},
 	{head: "store", text: func(_ Report, r Row) string { return r.Store }, raw: func(r Row) string { return r.Store }},
 	{head: "inst", csv: "instances", right: true, text: func(_ Report, r Row) string { return strconv.Itoa(r.Instances) }, raw: func(r Row) string { return strconv.Itoa(r.Instances) }},
 	{head: "users", right: true, text: func(_ Report, r Row) string { return thousands(int64(r.Users)) }, raw: func(r Row) string { return strconv.Itoa(r.Users) }},
@@ -158,6 +158,9 @@ func (rep *Report) Legend() []string {
 	}
 	if slices.ContainsFunc(rep.Rows, func(r Row) bool { return r.Lease > 0 }) {
 		lines = append(lines, fmt.Sprintf("leases of N: each instance is a Limiter of its own built with WithLeases(N, %s): it takes up to N units (never more than half of what the key has left) in one round trip and admits from them in process; its bound is in docs/guarantees.md.", window(rep.LeaseMaxAge)))
+	}
+	if slices.ContainsFunc(rep.Rows, func(r Row) bool { return r.LeaseFloor > 0 }) {
+		lines = append(lines, "leases of F to N: the same with WithLeaseFloor(F): each lease's size follows the instance's traffic on the key, from F (a key's first lease) doubling while leases are spent fast, halving while they are not, never above N; the same bound, with N the largest size.")
 	}
 	if rep.Embedded {
 		lines = append(lines,
@@ -346,7 +349,7 @@ func (rep *Report) writeCSV(w io.Writer) error {
 		}
 		head = append(head, h)
 	}
-	head = append(head, "memory_estimated", "decisions", "one_instance_units", "not_measured", "lease_size", "store_calls")
+	head = append(head, "memory_estimated", "decisions", "one_instance_units", "not_measured", "lease_size", "store_calls", "lease_floor")
 	if err := cw.Write(head); err != nil {
 		return err
 	}
@@ -356,7 +359,7 @@ func (rep *Report) writeCSV(w io.Writer) error {
 			line = append(line, c.raw(r))
 		}
 		line = append(line, strconv.FormatBool(r.MemoryEstimated), strconv.FormatInt(r.Decisions, 10), strconv.FormatInt(r.OneInstance, 10), r.NotMeasured,
-			strconv.FormatInt(r.Lease, 10), strconv.FormatInt(r.StoreCalls, 10))
+			strconv.FormatInt(r.Lease, 10), strconv.FormatInt(r.StoreCalls, 10), strconv.FormatInt(r.LeaseFloor, 10))
 		if err := cw.Write(line); err != nil {
 			return err
 		}

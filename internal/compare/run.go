@@ -20,17 +20,22 @@ type job struct {
 	entry       algorithm.Entry
 	store       string
 	lease       int64 // fleetlimit.WithLeases size; 0 for none
+	floor       int64 // fleetlimit.WithLeaseFloor; 0 for fixed sizes
 	index, jobs int
 }
 
 func (j job) label() string {
-	return fmt.Sprintf("%s, %s, %s x%d", j.plan.name, algorithmLabel(j.entry.Name, j.lease), j.store, j.plan.instances)
+	return fmt.Sprintf("%s, %s, %s x%d", j.plan.name, algorithmLabel(j.entry.Name, j.lease, j.floor), j.store, j.plan.instances)
 }
 
-// algorithmLabel names an algorithm with its lease size, if any.
-func algorithmLabel(name string, lease int64) string {
-	if lease == 0 {
+// algorithmLabel names an algorithm with its lease size, if any, and the
+// floor of adaptive sizes.
+func algorithmLabel(name string, lease, floor int64) string {
+	switch {
+	case lease == 0:
 		return name
+	case floor > 0:
+		return fmt.Sprintf("%s, leases of %d to %d", name, floor, lease)
 	}
 	return fmt.Sprintf("%s, leases of %d", name, lease)
 }
@@ -103,6 +108,9 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 		if j.lease > 0 {
 			opts = append(opts, fleetlimit.WithLeases(j.lease, r.cfg.LeaseMaxAge))
 		}
+		if j.floor > 0 {
+			opts = append(opts, fleetlimit.WithLeaseFloor(j.floor))
+		}
 		return fleetlimit.New(strat, st, opts...)
 	}
 
@@ -174,7 +182,7 @@ func (r *runner) run(ctx context.Context, j job) (Row, *Series, error) {
 	var series *Series
 	if p.chart || j.lease > 0 {
 		series = &Series{
-			Scenario: p.name, Algorithm: j.entry.Name, Lease: j.lease, Store: j.store, Instances: p.instances,
+			Scenario: p.name, Algorithm: j.entry.Name, Lease: j.lease, Floor: j.floor, Store: j.store, Instances: p.instances,
 			Limit: p.limit, Admitted: ofUser(out.admitted, 0), From: p.from, To: p.to,
 		}
 	}
@@ -388,7 +396,7 @@ func (r *runner) row(j job, strat algorithm.Strategy, origin int64, out outcome)
 	p := j.plan
 	w := r.cfg.Window.Microseconds()
 	row := Row{
-		Scenario: p.name, Algorithm: j.entry.Name, Store: j.store, Lease: j.lease, Instances: p.instances,
+		Scenario: p.name, Algorithm: j.entry.Name, Store: j.store, Lease: j.lease, LeaseFloor: j.floor, Instances: p.instances,
 		Users: p.users, Limit: p.limit, Decisions: int64(len(p.traffic)),
 		Ideal: idealAdmitted(p.traffic, p.limit, w),
 	}

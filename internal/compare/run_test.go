@@ -38,13 +38,13 @@ func TestRunEmbedded(t *testing.T) {
 	t.Run("every registered algorithm appears in every scenario, once", func(t *testing.T) {
 		type id struct {
 			scenario, algorithm, store string
-			lease                      int64
+			lease, floor               int64
 			instances                  int
 			limit                      int64
 		}
 		seen := map[id]bool{}
 		for _, r := range rep.Rows {
-			k := id{r.Scenario, r.Algorithm, r.Store, r.Lease, r.Instances, r.Limit}
+			k := id{r.Scenario, r.Algorithm, r.Store, r.Lease, r.LeaseFloor, r.Instances, r.Limit}
 			if seen[k] {
 				t.Errorf("two rows for %+v", k)
 			}
@@ -52,21 +52,23 @@ func TestRunEmbedded(t *testing.T) {
 		}
 		for _, e := range algorithm.Registry() {
 			want := []id{
-				{"boundary burst", e.Name, StoreRedis, 0, 1, 10},
-				{"overload 3x", e.Name, StoreMemory, 0, 1, 10},
-				{manyUsersName, e.Name, StoreRedis, 0, 1, 100},
+				{"boundary burst", e.Name, StoreRedis, 0, 0, 1, 10},
+				{"overload 3x", e.Name, StoreMemory, 0, 0, 1, 10},
+				{manyUsersName, e.Name, StoreRedis, 0, 0, 1, 100},
 			}
 			// Every strategy that can lease gets lease rows over the shared
-			// Redis in the overload and fleet scenarios; no other does.
+			// Redis in the overload and fleet scenarios, of fixed sizes and
+			// adapting from 2; no other does.
 			for _, n := range []int64{8, 64} {
-				for _, k := range []id{{"overload 1.5x", e.Name, StoreRedis, n, 1, 10}, {"fleet", e.Name, StoreRedis, n, 16, 10}} {
+				for _, k := range []id{{"overload 1.5x", e.Name, StoreRedis, n, 0, 1, 10}, {"fleet", e.Name, StoreRedis, n, 0, 16, 10},
+					{"overload 1.5x", e.Name, StoreRedis, n, 2, 1, 10}, {"fleet", e.Name, StoreRedis, n, 2, 16, 10}} {
 					if leases(e.New(10, time.Minute)) {
 						want = append(want, k)
 					} else if seen[k] {
 						t.Errorf("row %+v for a strategy that cannot lease", k)
 					}
 				}
-				if k := (id{"boundary burst", e.Name, StoreRedis, n, 1, 10}); seen[k] {
+				if k := (id{"boundary burst", e.Name, StoreRedis, n, 0, 1, 10}); seen[k] {
 					t.Errorf("row %+v: the boundary burst has no lease rows", k)
 				}
 			}

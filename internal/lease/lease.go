@@ -73,8 +73,9 @@ type entry struct {
 
 // flight is a round trip of a key in flight.
 type flight struct {
-	ready chan struct{} // closed once the round trip is over
-	until time.Time     // the round trip's deadline
+	ready  chan struct{} // closed once the round trip is over
+	until  time.Time     // the round trip's deadline
+	waited atomic.Bool   // a request waited for it (Serve, Take)
 }
 
 // lease is one lease of a key.
@@ -83,6 +84,7 @@ type lease struct {
 	same     bool         // strategy's value is comparable: == finds it fast, never panics
 	left     atomic.Int64 // units not yet spent
 	ahead    atomic.Bool  // a round trip to take the next lease ahead was started for it
+	late     bool         // taken ahead, by a round trip a request had to wait for
 	want     int64        // the units its round trip asked for, beside the request's cost (nextWant)
 	at       time.Time    // when its round trip was sent (or its WithClock time)
 	storeAt  int64        // algorithm.Grant.At, to name it at the hand-back
@@ -134,7 +136,9 @@ func (t *Table) Adapt(floor int64) { t.floor = floor }
 // judged at now: with sizes fixed (floor = size), size. Adapting, a key's
 // first lease asks for floor; then a lease spent down to half of what it
 // asked for within maxAge/8 of its taking asks the next for twice as many
-// (the instance spends faster than the leases' life needs), one that
+// (the instance spends faster than the leases' life needs), and so does a
+// lease taken ahead by a round trip that a request had to wait for (the
+// instance spent the lease before it in less than a round trip); one that
 // still holds more than half asks for half (the instance's traffic does
 // not need it), and any other for as many; always between floor and size.
 func (t *Table) nextWant(l *lease, now time.Time) int64 {
@@ -143,6 +147,9 @@ func (t *Table) nextWant(l *lease, now time.Time) int64 {
 	}
 	if l == nil {
 		return t.floor
+	}
+	if l.late {
+		return min(t.size, 2*l.want) // it landed after the lease before it was spent
 	}
 	age := t.clock.Since(l.at, now)
 	switch left := l.left.Load(); {
@@ -256,6 +263,7 @@ func (t *Table) runAhead(sh *shard, e *entry, f *flight, key string, s algorithm
 	var nl *lease
 	if err == nil && g.Units > 0 {
 		nl = newLease(s, g, g.Units, want, sent)
+		nl.late = f.waited.Load()
 	}
 	sh.mu.Lock()
 	if retired != nil && e.cur == retired {
@@ -381,6 +389,7 @@ func (t *Table) Serve(ctx context.Context, key string, s algorithm.Strategy, n i
 			return algorithm.Decision{}, false, nil
 		}
 		t.CountWait(c)
+		flight.waited.Store(true)
 		if err := c.wait(ctx, flight); err != nil {
 			return algorithm.Decision{}, false, err
 		}
@@ -541,6 +550,7 @@ func (t *Table) Take(ctx context.Context, key string, s algorithm.Strategy, n in
 		sh.mu.Unlock()
 		if f != nil {
 			t.CountWait(c)
+			f.waited.Store(true)
 			if err := c.wait(ctx, f); err != nil {
 				return algorithm.Decision{}, false, err
 			}

@@ -369,3 +369,67 @@ func TestAheadTripFailures(t *testing.T) {
 		}
 	}
 }
+
+// Adaptive sizes and a round trip ahead that lands late: a request that
+// had to wait for the lease taken ahead makes the next ahead ask for twice
+// as many units, however old the lease; without the wait, as many.
+func TestAheadLateDoublesTheNext(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		tab := New(64, time.Minute, keyed.Clock{Exact: true}, nil)
+		tab.Adapt(2)
+		entered, release := make(chan struct{}, 4), make(chan struct{})
+		var mu sync.Mutex
+		var wants []int64
+		tab.Ahead(func(_ string, _ algorithm.Strategy, _, _ time.Time, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+			mu.Lock()
+			wants = append(wants, terms.Want)
+			mu.Unlock()
+			entered <- struct{}{}
+			<-release
+			return algorithm.Grant{Units: terms.Want, At: 1, Decision: algorithm.Decision{Allowed: true, Limit: 100}}, nil
+		}, nil, time.Minute)
+		var terms []algorithm.LeaseTerms
+		// A lease asked for 2 (the floor) grants 8, 7 left: spends at a
+		// minute's age leave 1 and start the next ahead, asking for 2 (old:
+		// no growth by age).
+		if _, _, err := tab.Take(context.Background(), "k", tb, 1, t0, t0, &Call{Deadline: later()}, grant(8, 7, &terms)); err != nil {
+			t.Fatal(err)
+		}
+		old := t0.Add(59 * time.Second)
+		for range 6 {
+			tab.Spend("k", tb, 1, old, false)
+		}
+		<-entered
+		if late {
+			tab.Spend("k", tb, 1, old, false) // the last unit
+			waited := make(chan error)
+			go func() {
+				_, _, err := tab.Serve(context.Background(), "k", tb, 1, old.Add(30*time.Second), &Call{Deadline: later()})
+				waited <- err
+			}()
+			for tab.inFlight("k") == nil || !tab.inFlight("k").waited.Load() {
+				time.Sleep(time.Millisecond)
+			}
+			close(release)
+			if err := <-waited; err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			close(release)
+		}
+		tab.Settle()
+		if !late {
+			// Half a minute on (the older lease aged out), spend the landed
+			// lease of 2 down to 1: the next ahead, by age asking for 2.
+			tab.Spend("k", tb, 1, old.Add(30*time.Second), false)
+		} // else the Serve's spend left it at 1 and started the next
+		<-entered
+		tab.Settle()
+		mu.Lock()
+		got := slices.Clone(wants)
+		mu.Unlock()
+		if want := map[bool]int64{false: 2, true: 4}[late]; len(got) != 2 || got[0] != 2 || got[1] != want {
+			t.Errorf("late %v: ahead trips asked for %v, want [2 %d]", late, got, want)
+		}
+	}
+}
