@@ -5,7 +5,7 @@
 # loopback port, and fleetlimitd (../cmd/fleetlimitd, built here) over gRPC.
 # Writes RESULTS.md here and ../docs/performance.md.
 #
-#   ./run.sh            full run, a few minutes
+#   ./run.sh            full run, about 10 minutes on 2 cores
 #   ./run.sh -quick     smoke test
 #   ./run.sh -h         every flag
 set -euo pipefail

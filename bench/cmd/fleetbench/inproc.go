@@ -198,9 +198,14 @@ func newInprocContenders() ([]*inprocContender, error) {
 // time of the calling threads per call (unaffected by other processes taking
 // the cores), and heap allocations per call.
 func runInproc(ctx context.Context, op inprocOp, keys []string, g int, d time.Duration, cursor []int) inprocSample {
-	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	if m0.TotalAlloc-allocAtGC > gcEvery {
+		// Garbage from earlier cells would be collected during this one.
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		allocAtGC = m0.TotalAlloc
+	}
 	var stop atomic.Bool
 	var total, denied, cpu, blockedNs, spanNs atomic.Int64
 	var wg sync.WaitGroup
@@ -255,6 +260,15 @@ func runInproc(ctx context.Context, op inprocOp, keys []string, g int, d time.Du
 }
 
 var inprocGoroutines = []int{1, 2}
+
+// A cell starts with a collection once gcEvery bytes were allocated since
+// the last one (allocAtGC, TotalAlloc then), so that no cell pays for the
+// garbage of another. Most contenders allocate nothing: a collection before
+// each of their cells would only cost time (on a loaded machine, a quarter
+// of a second each).
+const gcEvery = 8 << 20
+
+var allocAtGC uint64
 
 func (b *bench) inprocPhase(ctx context.Context) error {
 	cs, err := newInprocContenders()

@@ -1,9 +1,11 @@
 // Command fleetbench measures fleetlimit side by side with the Go rate
-// limiters people use today, on one redis-server it starts itself, and
-// writes the results to RESULTS.md (and the user guide docs/performance.md).
+// limiters people use today, on a redis-server (and, where installed, a
+// valkey-server) it starts itself, with fleetlimitd built and started on
+// the same Redis, and writes the results to RESULTS.md (and the user guide
+// docs/performance.md).
 //
-//	cd bench && ./run.sh            # full run, a few minutes
-//	cd bench && ./run.sh -quick     # smoke test, well under a minute
+//	cd bench && ./run.sh            # full run, about 10 minutes on 2 cores
+//	cd bench && ./run.sh -quick     # smoke test, about a minute
 //
 // Every comparison is made in the same run on the same machine: rounds
 // interleave the contenders (A B C, B C A, ...) and the tables report
