@@ -286,6 +286,14 @@ func newContenders(addr string) ([]*contender, error) {
 			leased(algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)))
 	}
 	fl("fleetlimit fixed window, leases 64", "fl-fw-l64", "f4", 64, viaAllow, leased(algorithm.FixedWindow(10_000_000, time.Second)))
+	// Issue 29's contender: leases of 64 with the next taken ahead
+	// (WithLeaseAhead), on the hot key only.
+	fl("fleetlimit token bucket, leases 64 taken ahead", "fl-tb-l64a", "ta", 64, viaAllow, func(p profile) algorithm.Strategy {
+		if p == hot {
+			return algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)
+		}
+		return nil
+	}, fleetlimit.WithLeaseAhead())
 
 	{ // go-redis/redis_rate: GCRA in one EVALSHA; keys are "rate:" + key.
 		c, rt := newClient(addr)

@@ -490,7 +490,7 @@ func (b *bench) valkeyServed(p *resultsPage) {
 
 // fleetTable lays out issue 29's simulated fleet, one row per round.
 func (b *bench) fleetTable(p *resultsPage) {
-	p.FleetDoc = fmt.Sprintf("%d Limiters, each with its own go-redis client and pool (go-redis defaults), share one key of a token bucket of %d per second, burst %d, with WithLeases(%d, %v); %d goroutines in all (%d per Limiter) call Allow flat out for %v per round, each round on a fresh key. Each admitted call's start and end are recorded; a window's count is the calls that overlapped it (an upper bound) and, as an estimate, those whose midpoint fell in it. The token bucket itself allows burst + rate·d in any interval d.",
+	p.FleetDoc = fmt.Sprintf("%d Limiters, each with its own go-redis client and pool (go-redis defaults), share one key of a token bucket of %d per second, burst %d, with WithLeases(%d, %v) and WithLeaseAhead; %d goroutines in all (%d per Limiter) call Allow flat out for %v per round, each round on a fresh key. Each admitted call's start and end are recorded; a window's count is the calls that overlapped it (an upper bound) and, as an estimate, those whose midpoint fell in it. The token bucket itself allows burst + rate·d in any interval d.",
 		fleetProcs, fleetRate, fleetBurst, fleetLease, leaseMaxAge, fleetGoroutines, fleetGoroutines/fleetProcs, b.fleetDur())
 	if len(b.fleet) == 0 {
 		return

@@ -103,6 +103,7 @@ func syntheticBench(sparse bool) *bench {
 		{name: "fleetlimit token bucket, leases 32", id: "fl-tb-l32", lease: 32},
 		{name: "fleetlimit token bucket, leases 64", id: "fl-tb-l64", lease: 64},
 		{name: "fleetlimit fixed window, leases 64", id: "fl-fw-l64", lease: 64},
+		{name: "fleetlimit token bucket, leases 64 taken ahead", id: "fl-tb-l64a", lease: 64},
 		{name: "redis_rate (GCRA)", id: "redis_rate", anchor: true},
 		{name: "ulule/limiter (fixed window)", id: "ulule", anchor: true},
 		{name: "throttled (GCRA, client CAS)", id: "throttled", anchor: true},
@@ -117,11 +118,11 @@ func syntheticBench(sparse bool) *bench {
 	// speed is each contender's decisions/s at one goroutine, before the
 	// scenario's scaling; cost its Redis CPU µs per decision.
 	speed := map[string]float64{"fl-sl": 15e3, "fl-tb": 17e3, "fl-tbc": 17.5e3, "fl-fw": 16e3,
-		"fl-tb-l8": 90e3, "fl-tb-l32": 200e3, "fl-tb-l64": 260e3, "fl-fw-l64": 250e3,
+		"fl-tb-l8": 90e3, "fl-tb-l32": 200e3, "fl-tb-l64": 260e3, "fl-fw-l64": 250e3, "fl-tb-l64a": 400e3,
 		"redis_rate": 16.5e3, "ulule": 16.2e3, "throttled": 8e3, "incr": 19e3,
 		"fl-swc": 16.8e3, "fl-tb-store": 17.2e3, "fl-pair": 8.1e3, "svc-grpc": 4e3, "svc-allow": 17e3}
 	cost := map[string]float64{"fl-sl": 14, "fl-tb": 9, "fl-tbc": 8.5, "fl-fw": 6,
-		"fl-tb-l8": 1.2, "fl-tb-l32": 0.3, "fl-tb-l64": 0.15, "fl-fw-l64": 0.14,
+		"fl-tb-l8": 1.2, "fl-tb-l32": 0.3, "fl-tb-l64": 0.15, "fl-fw-l64": 0.14, "fl-tb-l64a": 0.15,
 		"redis_rate": 11, "ulule": 7, "throttled": 8, "incr": 2,
 		"fl-swc": 10, "fl-tb-store": 9, "fl-pair": 19, "svc-grpc": 6, "svc-allow": 6}
 	mkSample := func(c *contender, k, r, g int, scale float64, hotErrs bool) sample {
@@ -182,6 +183,9 @@ func syntheticBench(sparse bool) *bench {
 		only := exact
 		if group == "10,000 keys" {
 			only = append(slices.Clone(exact), "fl-tb-store")
+		}
+		if group == "one hot key" {
+			only = append(slices.Clone(exact), "fl-tb-l64a")
 		}
 		for _, g := range goroutineCounts {
 			// Concurrency helps the fleetlimit scripts more than the anchors.
