@@ -179,11 +179,15 @@ func (r Reservation) Estimate() int64 { return r.estimate }
 // tries again until the limiter's timeout has passed since it began (or
 // ctx is done), except after a timeout or a connection broken mid-call,
 // after which the store may have made the charge and a second try could
-// make it twice; then it returns an error wrapping ErrStoreUnavailable, reported
-// to the Observer too, and the reservation is spent: the estimate stays
-// charged as it was. A settle is a write the store makes or does not, and
-// the failure policy never decides one. The Observer sees every settle
-// (Event.Settle).
+// make it twice; then it returns an error wrapping ErrStoreUnavailable,
+// reported to the Observer too, and the reservation is spent: the estimate
+// stays charged as it was. A settle is a write the store makes or does
+// not, and the failure policy never decides one. The Observer sees every
+// settle that goes to a store (Event.Settle): not one at the estimate, nor
+// one of a reservation that charged nothing.
+//
+// Settle is safe for concurrent use: of concurrent Settles and Cancels of
+// one reservation, exactly one settles it.
 func (r Reservation) Settle(ctx context.Context, actual int64) (Result, error) {
 	if r.l == nil {
 		return Result{}, nil

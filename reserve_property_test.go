@@ -2,9 +2,12 @@ package fleetlimit_test
 
 import (
 	"fmt"
+	"math/rand"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leanovate/gopter/prop"
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/internal/proptest"
@@ -184,7 +187,8 @@ func netBound(s proptest.Scenario, byKey map[string][]credited, d int64) string 
 }
 
 // TestPropertyReserveRestores: on every store, for every registered
-// algorithm, composites and penalty boxes, the first request of a
+// algorithm, composites and penalty boxes (whose bans a reservation's
+// settle or cancel leaves as they were), the first request of a
 // generated timeline from its middle on that AllowN would admit is made a
 // reservation instead, settled halfway to its key's next request (or half
 // a window later). Settled at its estimate, every later decision equals
@@ -199,6 +203,14 @@ func TestPropertyReserveRestores(t *testing.T) {
 	check := func(b proptest.Backend, s proptest.Scenario) (string, error) { return checkReserveRestores(b, s) }
 	proptest.CheckEntries(t, bs, check)
 	proptest.CheckComposites(t, bs, check)
+	t.Run("penalty", func(t *testing.T) {
+		for _, b := range bs {
+			t.Run(b.Name, func(t *testing.T) {
+				g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.PenaltyCase(b, r) }, false)
+				proptest.Check(t, max(1, b.Cases/2), prop.ForAll(func(s proptest.Scenario) (string, error) { return check(b, s) }, g))
+			})
+		}
+	})
 }
 
 func checkReserveRestores(b proptest.Backend, s proptest.Scenario) (string, error) {

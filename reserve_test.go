@@ -313,3 +313,37 @@ func TestSettleForgetsCachedDenials(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleOnceConcurrently: of 8 goroutines settling copies of one
+// reservation at once, exactly one settles it; the others get
+// ErrReservationDone, and the key is charged once.
+func TestSettleOnceConcurrently(t *testing.T) {
+	ctx := context.Background()
+	lim := newReserveLimiter(t, algorithm.FixedWindow(100, time.Hour), stores.Memory(t), fakeclock.New(proptest.Epoch))
+	rv, _, err := lim.Reserve(ctx, "user", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func(rv fleetlimit.Reservation) {
+			_, err := rv.Settle(ctx, 30)
+			errs <- err
+		}(rv)
+	}
+	settled := 0
+	for range 8 {
+		switch err := <-errs; {
+		case err == nil:
+			settled++
+		case !errors.Is(err, fleetlimit.ErrReservationDone):
+			t.Errorf("Settle = %v, want nil or ErrReservationDone", err)
+		}
+	}
+	if settled != 1 {
+		t.Errorf("%d settles succeeded, want exactly 1", settled)
+	}
+	if res, err := lim.Peek(ctx, "user", 1); err != nil || res.Remaining != 69 {
+		t.Errorf("Peek = %+v, %v; want 70 left (30 charged once), 69 after the peeked unit", res, err)
+	}
+}
