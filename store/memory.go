@@ -251,12 +251,10 @@ func (m *Memory) run(req Request, mode mode, rule func(algorithm.State, time.Tim
 // operation keeps the state only while it holds a permit.
 func records(mode mode, d algorithm.Decision, st algorithm.State, now time.Time) bool {
 	switch mode {
-	case decideMode, leaseMode:
+	case decideMode, leaseMode, atMostMode:
 		return d.Allowed || st.FullAt() > now.UnixMicro()
 	case holdMode:
 		return st.FullAt() > now.UnixMicro()
-	case atMostMode:
-		return d.Allowed || st.FullAt() > now.UnixMicro()
 	}
 	return false
 }
