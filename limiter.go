@@ -96,8 +96,8 @@ type mode struct {
 	// whose ban is one it would start).
 	denials *denial.Cache
 	bans    bool
-	// local: the mode has leases, looks or denials, so the local stage
-	// runs.
+	// local: the mode has leases, looks, spends or denials, so the local
+	// stage runs.
 	local bool
 	// grants: a partial grant (AllowAtMost), whose cost start checks
 	// against the key's rule (checkGrant).

@@ -45,6 +45,7 @@ func Run(t *testing.T, open Open) {
 		{"Concurrent", testConcurrent},
 		{"Reset", testReset},
 		{"RefundAndLeaseMatchGoRule", testRefundAndLeaseMatchGoRule},
+		{"AtMostMatchesGoRule", testAtMostMatchesGoRule},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {
