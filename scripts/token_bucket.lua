@@ -48,13 +48,18 @@ local vtat, ve = 0, 0 -- the stored instant, for a charge
 local v = redis.call('GET', key)
 if v then
   -- Parse strictly: tonumber alone would take "inf", "0x1A" or " 12 "
-  -- written by something else, and deny for ever.
-  local tat, e, r = string.match(v, '^(%d+):(%d+):(%d+)$')
-  if not tat then
-    tat, e = string.match(v, '^(%d+):(%d+)$')
-  end
-  if not tat then
+  -- written by something else, and deny for ever. One pattern per form,
+  -- chosen by a plain search for ':' (a plain integer is every value of a
+  -- bucket whose rate divides its period in microseconds): one match per
+  -- decision where trying the forms in turn took up to three.
+  local tat, e, r
+  if not string.find(v, ':', 1, true) then
     tat, e = string.match(v, '^%d+$'), '0'
+  else
+    tat, e, r = string.match(v, '^(%d+):(%d+):(%d+)$')
+    if not tat then
+      tat, e = string.match(v, '^(%d+):(%d+)$')
+    end
   end
   -- Each number below 2^53 has at most 16 digits.
   if not tat or #tat > 16 or #e > 16 or (r and #r > 16) then

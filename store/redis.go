@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -240,56 +241,68 @@ func (r *Redis) eval(ctx context.Context, req Request, script *algorithm.Script,
 	return reply, nil
 }
 
-// evalCmd is the storage of one EVALSHA's command line (see evalArgv): the
-// line itself, and the name of its one key, which the line holds as a
-// *string into this same allocation rather than as a string of its own
-// (an interface holding a string needs an allocation for the string).
-type evalCmd struct {
-	key  string
-	argv [12]any
-}
-
 // evalArgv returns the command line of req's EVALSHA of script, with the
 // calling convention's arguments and then tail: "evalsha", the script's
 // SHA-1, the number of keys, the keys (redisKeys), now ("" for the server's
 // TIME), n, the strategy's ScriptArgs and tail; and the name of its first
-// key. Its first key is at index 3 (redis.Cmd.SetFirstKeyPos). The line is
-// one allocation for a strategy of one key (evalCmd), where go-redis's own
-// EvalSha would make a slice of keys, a line and a box for each string.
+// key. Its first key is at index 3 (redis.Cmd.SetFirstKeyPos). It is one
+// slice, which go-redis sends as it is, where its own EvalSha would take a
+// slice of keys and a slice of arguments and copy both into a third.
 func evalArgv(req Request, script *algorithm.Script, tail []any) ([]any, string) {
 	static := req.Strategy.ScriptArgs()
 	var now any = ""
 	if !req.Now.IsZero() {
 		now = req.Now.UnixMicro() // written in decimal, as ARGV[1] is read
 	}
-	if n := 6 + len(static) + len(tail); len(script.Keys) == 0 && n <= len(evalCmd{}.argv) {
-		c := &evalCmd{key: RedisKey(req.Prefix, req.Key, script.Tag)}
-		c.argv[0], c.argv[1], c.argv[2], c.argv[3], c.argv[4], c.argv[5] = "evalsha", shaOf(script), 1, &c.key, now, req.N
-		argv := c.argv[:6:n]
-		argv = append(argv, static...)
-		return append(argv, tail...), c.key
-	}
-	keys := redisKeys(req, script)
-	argv := make([]any, 0, 5+len(keys)+len(static)+len(tail))
-	argv = append(argv, "evalsha", shaOf(script), len(keys))
-	for _, k := range keys {
-		argv = append(argv, k)
+	argv := make([]any, 0, 6+len(script.Keys)+len(static)+len(tail))
+	var first string
+	if len(script.Keys) == 0 {
+		first = RedisKey(req.Prefix, req.Key, script.Tag)
+		argv = append(argv, "evalsha", shaOf(script), 1, first)
+	} else {
+		argv = append(argv, "evalsha", shaOf(script), len(script.Keys))
+		for i, suffix := range script.Keys {
+			k := RedisKey(req.Prefix, req.Key, suffix)
+			if i == 0 {
+				first = k
+			}
+			argv = append(argv, k)
+		}
 	}
 	argv = append(argv, now, req.N)
 	argv = append(argv, static...)
-	return append(argv, tail...), keys[0]
+	return append(argv, tail...), first
 }
 
-// shas holds each script's SHA-1 as an interface value, made once: boxed
-// at each call, it would cost an allocation per decision.
-var shas sync.Map // *algorithm.Script -> any (its SHA1)
+// shas holds each script's SHA-1 as an interface value, made once per
+// script source: boxed at each call, it would cost an allocation per
+// decision. Keyed by the digest, not the *Script, so that strategies built
+// again and again (a composite's script is its own) share one entry. The
+// map is replaced, never changed: a look-up is one atomic load.
+var (
+	shas   atomic.Pointer[map[string]any]
+	shasMu sync.Mutex // serializes replacing shas
+)
 
 // shaOf is s.SHA1 as an interface value (see shas).
 func shaOf(s *algorithm.Script) any {
-	if v, ok := shas.Load(s); ok {
-		return v
+	if m := shas.Load(); m != nil {
+		if v, ok := (*m)[s.SHA1]; ok {
+			return v
+		}
 	}
-	v, _ := shas.LoadOrStore(s, any(s.SHA1))
+	shasMu.Lock()
+	defer shasMu.Unlock()
+	m := map[string]any{}
+	if old := shas.Load(); old != nil {
+		if v, ok := (*old)[s.SHA1]; ok {
+			return v
+		}
+		m = maps.Clone(*old)
+	}
+	v := any(s.SHA1)
+	m[s.SHA1] = v
+	shas.Store(&m)
 	return v
 }
 
