@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/keyed"
 	"github.com/fleetlimit/fleetlimit/internal/lease"
 	"github.com/fleetlimit/fleetlimit/internal/rule"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -203,6 +204,24 @@ func WithLeaseAhead() Option {
 // grow) or above size, or WithLeaseFloor without WithLeases.
 func WithLeaseFloor(floor int64) Option {
 	return option(func(c *config) { c.leaseFloor = floor })
+}
+
+// buildLeases builds l's lease table when WithLeases asks for one, and
+// refuses WithLeaseAhead and WithLeaseFloor without it.
+func (l *Limiter) buildLeases(clock keyed.Clock) error {
+	cfg := &l.cfg
+	if cfg.leaseSize == 0 {
+		if cfg.leaseAhead || cfg.leaseFloor != 0 {
+			return fmt.Errorf("%w: WithLeaseAhead and WithLeaseFloor need WithLeases", ErrInvalidConfig)
+		}
+		return nil
+	}
+	if err := checkLeasable(l.rule, l.store); err != nil {
+		return err
+	}
+	l.sweep = &sweeper{l: l, afterFunc: time.AfterFunc}
+	l.leases = lease.New(cfg.leaseSize, cfg.leaseMaxAge, clock, l.sweep.arm)
+	return l.leaseOptions()
 }
 
 // leaseOptions applies WithLeaseAhead and WithLeaseFloor to l's leases.

@@ -134,17 +134,8 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 	if cfg.denialKeys > 0 {
 		l.denials = denial.New(cfg.denialKeys, clock)
 	}
-	if cfg.leaseSize > 0 {
-		if err := checkLeasable(ruled, st); err != nil {
-			return nil, err
-		}
-		l.sweep = &sweeper{l: l, afterFunc: time.AfterFunc}
-		l.leases = lease.New(cfg.leaseSize, cfg.leaseMaxAge, clock, l.sweep.arm)
-		if err := l.leaseOptions(); err != nil {
-			return nil, err
-		}
-	} else if cfg.leaseAhead || cfg.leaseFloor != 0 {
-		return nil, fmt.Errorf("%w: WithLeaseAhead and WithLeaseFloor need WithLeases", ErrInvalidConfig)
+	if err := l.buildLeases(clock); err != nil {
+		return nil, err
 	}
 	l.buildModes()
 	l.buildReserveModes()
