@@ -272,8 +272,8 @@ func (l *Limiter) handBackQuietly(held []lease.Held) { _ = l.handBack(held) }
 
 // checkLeasable returns why s over st cannot lease, or nil.
 func checkLeasable(s algorithm.Strategy, st store.Store) error {
-	if _, ok := st.(store.Leaser); !ok {
-		return fmt.Errorf("%w: WithLeases: store %T cannot lend capacity (store.Leaser)", ErrInvalidConfig, st)
+	if _, err := storeCan[store.Leaser](st, "WithLeases", "cannot lend capacity"); err != nil {
+		return err
 	}
 	if !canLease(s) {
 		why := s.Name()

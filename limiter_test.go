@@ -411,3 +411,21 @@ func TestNamesSeparateState(t *testing.T) {
 		require.Equal(t, "given:", explicit.KeyPrefix())
 	}
 }
+
+// An option that needs an optional store interface is New's
+// ErrInvalidConfig over a store without it, naming the interface.
+func TestOptionsNeedTheirStore(t *testing.T) {
+	bare := struct{ store.Store }{store.NewMemory()} // Decide and Close only
+	for _, c := range []struct {
+		opt   fleetlimit.Option
+		iface string
+	}{
+		{fleetlimit.WithLeases(8, time.Second), "store.Leaser"},
+		{fleetlimit.WithOverrides(time.Second), "store.Overrider"},
+		{fleetlimit.WithRegistry(time.Minute), "store.Registrar"},
+	} {
+		_, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), bare, c.opt)
+		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
+		require.ErrorContains(t, err, c.iface)
+	}
+}

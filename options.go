@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -90,6 +91,16 @@ func (c *config) validate(s algorithm.Strategy) error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(c.errs...))
 	}
 	return nil
+}
+
+// storeCan returns st as T, the optional store interface that option
+// needs, or an ErrInvalidConfig that says what st lacks (why).
+func storeCan[T any](st store.Store, option, why string) (T, error) {
+	c, ok := st.(T)
+	if !ok {
+		return c, fmt.Errorf("%w: %s: the %T store %s (%v)", ErrInvalidConfig, option, st, why, reflect.TypeFor[T]())
+	}
+	return c, nil
 }
 
 // Option configures New.

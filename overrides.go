@@ -123,9 +123,9 @@ func newOverrideTable(l *Limiter) (*overrideTable, error) {
 	if l.cfg.overrides == 0 {
 		return nil, nil
 	}
-	o, ok := l.store.(store.Overrider)
-	if !ok {
-		return nil, fmt.Errorf("%w: WithOverrides: the %T store keeps no override tables (store.Overrider)", ErrInvalidConfig, l.store)
+	o, err := storeCan[store.Overrider](l.store, "WithOverrides", "keeps no override tables")
+	if err != nil {
+		return nil, err
 	}
 	t := &overrideTable{l: l, store: o, name: l.cfg.prefix + "overrides", every: l.cfg.overrides}
 	t.set.Store(&overrideSet{})

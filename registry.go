@@ -223,9 +223,9 @@ func register(l *Limiter) (*registration, error) {
 	if l.cfg.registryTTL == 0 {
 		return nil, nil
 	}
-	st, ok := l.store.(store.Registrar)
-	if !ok {
-		return nil, fmt.Errorf("%w: WithRegistry: the %T store keeps no registry (store.Registrar)", ErrInvalidConfig, l.store)
+	st, err := storeCan[store.Registrar](l.store, "WithRegistry", "keeps no registry")
+	if err != nil {
+		return nil, err
 	}
 	ruleText, err := algorithm.Format(l.rule)
 	if err != nil {

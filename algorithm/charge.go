@@ -234,12 +234,9 @@ func (s *tokenBucket) Charge(state State, now time.Time, n, maxDebt int64) (Deci
 // maxDebt and at most MaxLogCost (see Charger); expired units are evicted
 // first, as Decide evicts them.
 func (s *slidingWindowLog) Charge(state State, now time.Time, n, maxDebt int64) (Decision, error) {
-	st, ok := state.(*slidingLogState)
-	if !ok {
-		return Decision{}, ErrStateType
-	}
-	if s.window <= 0 || s.limit <= 0 {
-		return Decision{}, s.Validate()
+	st, err := s.open(state)
+	if err != nil {
+		return Decision{}, err
 	}
 	t, newest := s.evict(st, now)
 	k := min(n, MaxLogCost, max(0, capOver(s.limit, maxDebt)-st.count))

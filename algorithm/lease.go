@@ -136,12 +136,9 @@ func (s *fixedWindow) Lease(state State, now time.Time, n int64, terms LeaseTerm
 // time even if the hand-back removed the newest units. A lease takes at
 // most MaxLogCost units (terms.Want is capped there), as a request does.
 func (s *slidingWindowLog) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
-	st, ok := state.(*slidingLogState)
-	if !ok {
-		return Grant{}, ErrStateType
-	}
-	if s.window <= 0 || s.limit <= 0 {
-		return Grant{}, s.Validate()
+	st, err := s.open(state)
+	if err != nil {
+		return Grant{}, err
 	}
 	t, _ := s.evict(st, now)
 	if terms.Back > 0 {

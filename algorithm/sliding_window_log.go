@@ -110,13 +110,23 @@ func (st *slidingLogState) Clone() State {
 	return &slidingLogState{log: slices.Clone(st.log[st.head:]), count: st.count, window: st.window}
 }
 
-func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision, error) {
+// open returns state as the log's, checked: ErrStateType for another
+// strategy's state, Validate's error for a log of no window or limit.
+func (s *slidingWindowLog) open(state State) (*slidingLogState, error) {
 	st, ok := state.(*slidingLogState)
 	if !ok {
-		return Decision{}, ErrStateType
+		return nil, ErrStateType
 	}
 	if s.window <= 0 || s.limit <= 0 {
-		return Decision{}, s.Validate()
+		return nil, s.Validate()
+	}
+	return st, nil
+}
+
+func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision, error) {
+	st, err := s.open(state)
+	if err != nil {
+		return Decision{}, err
 	}
 	t, newest := s.evict(st, now)
 	d := Decision{Limit: s.limit}
@@ -191,12 +201,9 @@ func (s *slidingWindowLog) evict(st *slidingLogState, now time.Time) (t, newest 
 // them if it holds fewer (see Refunder); expired units are evicted first,
 // as Decide evicts them.
 func (s *slidingWindowLog) Refund(state State, now time.Time, n int64) (Decision, error) {
-	st, ok := state.(*slidingLogState)
-	if !ok {
-		return Decision{}, ErrStateType
-	}
-	if s.window <= 0 || s.limit <= 0 {
-		return Decision{}, s.Validate()
+	st, err := s.open(state)
+	if err != nil {
+		return Decision{}, err
 	}
 	t, _ := s.evict(st, now)
 	for n > 0 && len(st.log) > st.head {
