@@ -57,7 +57,7 @@ func SettleLeases(l *Limiter) { l.leases.Settle() }
 // decided exactly): all but those its leases served at once.
 func LeaseWaits(l *Limiter) int64 { return l.leases.Waited() }
 
-// LeaseLefts is what each lease l holds of key holds, the older first.
+// LeaseLefts is what each of l's leases of key holds, the older first.
 func LeaseLefts(l *Limiter, key string) []int64 { return l.leases.Lefts(key) }
 
 // RefreshRegistry writes l's registry entry again now, as its refresh

@@ -36,7 +36,8 @@ import (
 // unless n alone needs more — so that a key with little left, or a limit
 // below size, is still shared by the whole fleet down to its last unit,
 // which goes to whoever asks for it. An instance holds at most one lease
-// per key: while its round trip for a key is in flight, other requests for
+// per key (two with WithLeaseAhead, which states its bound): while its
+// round trip for a key is in flight, other requests for
 // that key in the same process wait for it and then spend from the new
 // lease. A lease round trip runs to its end (at most its caller's
 // deadline, below) even if the request that sent it gives up: that caller

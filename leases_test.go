@@ -77,6 +77,15 @@ func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t
 func TestPropertyLeaseBound(t *testing.T) {
 	mem := proptest.Memory(t)
 	leasing := leasingEntries(t)
+	var every leaseCounts // over every strategy and backend
+	defer func() {
+		// The rarer moves of lease-ahead ran somewhere: a spend from the
+		// newer lease retiring the older, a round trip keeping the newer
+		// beside its own.
+		if !t.Failed() && (every.retired == 0 || every.kept == 0) {
+			t.Errorf("lease-ahead's rarer moves never ran: %+v", every)
+		}
+	}()
 	for _, name := range []string{"token_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter", "all", "penalty"} {
 		t.Run(name, func(t *testing.T) {
 			var all leaseCounts // over every backend (some run few cases)
@@ -116,17 +125,16 @@ func TestPropertyLeaseBound(t *testing.T) {
 					all.ahead, all.retired, all.kept, all.adapted = all.ahead+seen.ahead, all.retired+seen.retired, all.kept+seen.kept, all.adapted+seen.adapted
 				})
 			}
-			// Not vacuous: lease-ahead ran, and so did the moves only it
-			// makes (a spend from the newer lease retiring the older, a round
-			// trip keeping the newer beside its own), and leases of adapted
-			// sizes; a penalty box never leases ahead.
+			// Not vacuous: lease-ahead ran, and leases of adapted sizes; a
+			// penalty box never leases ahead.
+			every.retired, every.kept = every.retired+all.retired, every.kept+all.kept
 			if all.adapted == 0 {
 				t.Errorf("no lease asked for less than size: %+v", all)
 			}
 			if name == "penalty" {
 				require.Zero(t, all.ahead, "a penalty box leased ahead")
-			} else if all.ahead == 0 || all.retired == 0 || all.kept == 0 {
-				t.Errorf("lease-ahead barely ran: %+v", all)
+			} else if all.ahead == 0 {
+				t.Errorf("no lease was taken ahead: %+v", all)
 			}
 		})
 	}

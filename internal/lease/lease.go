@@ -1,13 +1,14 @@
 // Package lease keeps the leases of one limiter (fleetlimit.WithLeases):
-// for each key at most one lease, a block of the key's capacity taken from
-// the store in one round trip and spent in process, with no round trip,
-// until it is spent or MaxAge old; and the keys whose last round trip was
+// for each key at most one lease (two with lease-ahead: Ahead), a block of
+// the key's capacity taken from the store in one round trip and spent in
+// process, with no round trip, until it is spent or MaxAge old; and the keys whose last round trip was
 // an exact decision (First), so that only keys with repeat traffic lease.
 // It knows nothing of stores: the round trip that takes a lease is a
 // function the caller gives Take.
 //
 // The bounds a Table keeps (each instance holds at most size−1 unspent
-// units of a key; a round trip only when the lease cannot serve) are
+// units of a key, size + ⌊size/2⌋ with lease-ahead; a round trip only when
+// the leases cannot serve) are
 // stated with WithLeases and proven by the root package's
 // TestPropertyLeaseBound.
 package lease
