@@ -425,7 +425,7 @@ func TestLeaseRemainingAsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []int64
-	var inStore int64 // after the second request
+	var inStore, inLease int64 // after the second request
 	for range 20 {
 		res, err := l.Allow(bg, "k")
 		if err != nil || !res.Allowed {
@@ -437,25 +437,26 @@ func TestLeaseRemainingAsDocumented(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inStore = peek.Remaining
+			inStore = peek.Remaining + 1 // a peek's Remaining counts the unit it asks for
+			inLease = fleetlimit.LeaseLefts(l, "k")[0]
 		}
 	}
 	readme := regexp.MustCompile(`leases of 8, a limit of\s+100: ([\d, …]+);`).FindStringSubmatch(readDoc(t, "README.md"))
-	leases := regexp.MustCompile(`see\s+(\d+) \(the key's first round trip is exact and leases nothing\), then (\d+) at the\s+round trip that takes a lease \((\d+) left in the store, and the lease\), then\s+(\d+, \d+ … \d+), then (\d+) at the next round trip, then (\d+)\.`).
+	leases := regexp.MustCompile(`see\s+(\d+) \(the key's first round trip is exact and leases nothing\), then (\d+) at the\s+round trip that takes a lease \((\d+) left in the store and the (\d+) the lease holds\), then\s+(\d+, \d+ … \d+), then (\d+) at the next round trip, then (\d+)\.`).
 		FindStringSubmatch(readDoc(t, "docs/leases.md"))
 	if readme == nil || leases == nil {
 		t.Fatalf("the sequence is not found: README %v, docs/leases.md %v", readme, leases)
 	}
 	for doc, seq := range map[string]string{
 		"README.md":      readme[1],
-		"docs/leases.md": strings.Join([]string{leases[1], leases[2], leases[4], leases[5], leases[6]}, ", "),
+		"docs/leases.md": strings.Join([]string{leases[1], leases[2], leases[5], leases[6], leases[7]}, ", "),
 	} {
 		want, ok := expandRun(seq)
 		if !ok || len(want) > len(got) || !slices.Equal(want, got[:len(want)]) {
 			t.Errorf("%s says Remaining runs %s; a limiter returns %v", doc, seq, got)
 		}
 	}
-	if leases[3] != strconv.FormatInt(inStore, 10) {
-		t.Errorf("docs/leases.md: %s left in the store after the second request; the store holds %d", leases[3], inStore)
+	if leases[3] != strconv.FormatInt(inStore, 10) || leases[4] != strconv.FormatInt(inLease, 10) {
+		t.Errorf("docs/leases.md: %s left in the store and %s in the lease after the second request; the store holds %d, the lease %d", leases[3], leases[4], inStore, inLease)
 	}
 }
