@@ -174,8 +174,11 @@ func WithLeases(size int64, maxAge time.Duration) Option {
 // units it was handing back (they return as the key refills). Close waits
 // for the round trips in flight (each at most the timeout), then hands
 // back every lease, the ones taken ahead too: no goroutine outlives it.
-// Penalty boxes (WithPenalty) do not lease ahead: a lease their script
-// denies counts toward a ban, and a lease taken ahead is no request.
+// Every strategy that leases leases ahead: composites, tiers, and
+// penalty boxes (WithPenalty), where a lease taken ahead that the
+// strategy denies is not counted toward a ban (it is no caller's request;
+// the request that then finds the leases spent takes its own round trip,
+// whose denial is counted: TestLeaseAheadDenialIsNoStrike).
 // Default: off. New refuses it, with ErrInvalidConfig, without WithLeases.
 func WithLeaseAhead() Option {
 	return option(func(c *config) { c.leaseAhead = true })

@@ -162,3 +162,58 @@ func TestLeaseFloorSteps(t *testing.T) {
 		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
 	}
 }
+
+// A penalty box leases ahead, and a lease taken ahead that the strategy
+// denies is no strike: it decides nothing for a caller. On every store
+// (the Cluster too), with one denial enough for a ban of an hour: the
+// round trip taken ahead is denied (another instance spent the window),
+// yet the next window admits; a request of the instance's own that finds
+// its leases spent and is denied by its round trip starts the ban.
+func TestLeaseAheadDenialIsNoStrike(t *testing.T) {
+	for _, b := range leaseBackends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			clock := &fakeclock.Clock{}
+			clock.Set(proptest.Epoch)
+			var trips atomic.Int64
+			s, penalty := algorithm.FixedWindow(20, time.Minute), fleetlimit.WithPenalty(1, time.Hour, time.Hour, 2*time.Hour)
+			a := fleetlimit.LeaseFromTheFirst(limitersOf(t, s, countLeases{b.Store, &trips}, clock, penalty)(
+				fleetlimit.WithLeases(8, time.Hour), fleetlimit.WithLeaseAhead()))
+			exact, err := fleetlimit.New(s, b.Store, penalty, fleetlimit.WithKeyPrefix(a.KeyPrefix()), fleetlimit.WithClock(clock.Now))
+			require.NoError(t, err)
+			allow := func(l *fleetlimit.Limiter, n int64, want bool) fleetlimit.Result {
+				t.Helper()
+				res, err := l.AllowN(bg, "u", n)
+				require.NoError(t, err)
+				require.Equal(t, want, res.Allowed, "%+v", res)
+				return res
+			}
+			// a leases min(8, max(1, 20/2)) = 8 and holds 7; the other
+			// instance spends the window's 12 left.
+			allow(a, 1, true)
+			allow(exact, 12, true)
+			// Three spends from the lease leave it 4 = ⌊8/2⌋: the next
+			// lease is taken ahead, and denied (the window is spent).
+			for range 3 {
+				allow(a, 1, true)
+			}
+			fleetlimit.SettleLeases(a)
+			require.Equal(t, int64(2), trips.Load(), "the lease and the one taken ahead")
+			require.Equal(t, []int64{4}, fleetlimit.LeaseLefts(a, "u"), "the lease taken ahead took nothing")
+			// The next window admits: no ban was started.
+			clock.Set(proptest.Epoch.Add(time.Minute))
+			peek, err := exact.Peek(bg, "u", 1)
+			require.NoError(t, err)
+			require.True(t, peek.Allowed, "a lease taken ahead and denied started a ban: %+v", peek)
+			require.Equal(t, int64(19), peek.Remaining)
+			// A request's own denied round trip is a strike: the other
+			// instance spends the window, a spends its lease, then asks.
+			allow(exact, 20, true)
+			for range 4 {
+				allow(a, 1, true)
+			}
+			res := allow(a, 1, false)
+			require.Equal(t, time.Hour, res.RetryAfter, "a denied request of the instance's own started the ban")
+			require.NoError(t, a.Close())
+		})
+	}
+}

@@ -21,7 +21,9 @@ import (
 // expires once nothing in it matters; Reset lifts a ban with the rest of the
 // key's state. Tiers (WithStrategyFor) get the same penalty.
 // With WithLeases, a lease round trip the strategy denies counts as a
-// denial, and a banned key's round trip takes no lease (see WithLeases).
+// denial, and a banned key's round trip takes no lease (see WithLeases);
+// with WithLeaseAhead, a lease taken ahead that the strategy denies is not
+// counted, since no caller's request was denied.
 // Invalid parameters (after < 1, durations outside algorithm.MinWindow to
 // algorithm.MaxWindow, maxBan < ban) make New fail with ErrInvalidConfig.
 func WithPenalty(after int64, within, ban, maxBan time.Duration) Option {

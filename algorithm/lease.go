@@ -36,6 +36,14 @@ type LeaseTerms struct {
 	// Back is how many units of an earlier lease were not spent, to give
 	// back first; BackAt is that lease's Grant.At.
 	Back, BackAt int64
+	// Ahead marks a lease taken ahead (fleetlimit.WithLeaseAhead): its
+	// round trip decides nothing for a caller, so a strategy whose state
+	// a denial changes (DenialCounter: Penalize) leaves that state as it
+	// was when it denies the lease. The plain strategies and All lease
+	// alike either way. On Redis it is sent as the "ahead" mode to a
+	// script that honours it (Script.LeasesAhead), and as "lease" to any
+	// other.
+	Ahead bool
 }
 
 // Grant is what a lease took.

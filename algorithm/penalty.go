@@ -71,7 +71,9 @@ type Replier interface {
 // With leases (fleetlimit.WithLeases, when s leases: Leaser), a lease round
 // trip is judged as a decision is: banned, it takes nothing and gets the
 // ban's denial; otherwise s's lease, and a lease round trip s denies counts
-// toward a ban exactly as a denied decision does (see Lease).
+// toward a ban exactly as a denied decision does — unless the lease was
+// taken ahead (LeaseTerms.Ahead), which decides nothing for a caller and
+// is never counted (see Lease).
 //
 // Penalize refuses (through Validate) an invalid p or s, an s that is
 // already penalized, and one whose state cannot be copied or whose script
@@ -119,7 +121,7 @@ func penaltyScript(inner *Script, leaser bool) *Script {
 	}
 	s := NewScript("pen("+inner.Tag+")", src)
 	s.Keys = append(append([]string(nil), keys...), "ban")
-	s.Peeks, s.Refunds, s.Leases = true, key.refunds, key.leases
+	s.Peeks, s.Refunds, s.Leases, s.LeasesAhead = true, key.refunds, key.leases, key.leases
 	s.Charges, s.AtMost = key.charges, key.atmost
 	v, _ := penaltyScripts.LoadOrStore(key, s)
 	return v.(*Script)
@@ -385,8 +387,10 @@ func (s *penalized) Refund(state State, now time.Time, n int64) (Decision, error
 // case (a ban lifts no charge), then, when terms.Want > 0: banned, takes
 // nothing and returns Decide's ban denial of n; otherwise takes the inner
 // strategy's lease, and a denied one counts toward a ban exactly as a
-// denied decision does. Requests a lease then admits in process are
-// admissions: they are never counted. An inner strategy that cannot lease
+// denied decision does, unless it was taken ahead (terms.Ahead: no caller
+// waits on it, so its denial is no request's, and the ban state is left as
+// it was). Requests a lease then admits in process are admissions: they
+// are never counted. An inner strategy that cannot lease
 // makes it an error wrapping errors.ErrUnsupported, with nothing changed.
 func (s *penalized) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
 	if s.err != nil {
@@ -410,7 +414,7 @@ func (s *penalized) Lease(state State, now time.Time, n int64, terms LeaseTerms)
 		return Grant{Decision: d, At: t}, err
 	}
 	g, err := l.Lease(st.inner, now, n, terms)
-	if err != nil || g.Units > 0 {
+	if err != nil || g.Units > 0 || terms.Ahead {
 		return g, err
 	}
 	g.Decision = s.count(st, t, g.Decision)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand"
 	"strings"
 	"testing"
@@ -30,14 +31,106 @@ func penaltyBackends(t *testing.T) []proptest.Backend {
 // scripts/penalty.lua) return identical Results, members included, for
 // peeks and decisions, around every registered algorithm and composites,
 // on miniredis, the real server and the Cluster, clocks skewed or not.
+// Around a leasing strategy, one request in three is first preceded by a
+// lease round trip (the store's Lease, as WithLeases sends it) on random
+// terms — a lease, a hand-back of part of the key's last grant, or both,
+// and half of them taken ahead (LeaseTerms.Ahead, the script's "ahead"
+// mode) — whose Grants must agree too: units, time and decision, members
+// and ban included. A denied lease counts toward a ban and one taken ahead
+// does not, in both twins, or the decisions after it part.
 func TestPropertyPenaltyTwinAgreement(t *testing.T) {
 	mem := proptest.Memory(t)
+	var leases, ahead, deniedAhead int
 	for _, b := range penaltyBackends(t)[1:] {
 		t.Run(b.Name, func(t *testing.T) {
 			g := proptest.WithRefunds(proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.PenaltyCase(b, r) }, true))
-			proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) { return checkTwins(mem, b, s) }, g))
+			proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) {
+				tw := &leaseTwins{r: rand.New(rand.NewSource(seedOf(s))), last: map[string]algorithm.Grant{}}
+				msg, err := checkTwinsWith(mem, b, s, tw.lease)
+				leases, ahead, deniedAhead = leases+tw.leases, ahead+tw.ahead, deniedAhead+tw.deniedAhead
+				return msg, err
+			}, g))
 		})
 	}
+	t.Logf("lease round trips compared %d, taken ahead %d (denied %d)", leases, ahead, deniedAhead)
+	if !t.Failed() && deniedAhead == 0 {
+		t.Error("no lease taken ahead was denied: the ahead mode's one difference never ran")
+	}
+}
+
+// seedOf is a seed drawn from s, so that a scenario (and what it shrinks
+// to) replays the same lease round trips.
+func seedOf(s proptest.Scenario) int64 {
+	h := fnv.New64a()
+	fmt.Fprint(h, s.String())
+	return int64(h.Sum64())
+}
+
+// leaseTwins sends lease round trips to both twins of a penalty box (see
+// TestPropertyPenaltyTwinAgreement): r draws them, last is each key's
+// latest grant (whose units a later round trip may hand back).
+type leaseTwins struct {
+	r                          *rand.Rand
+	last                       map[string]algorithm.Grant
+	leases, ahead, deniedAhead int
+}
+
+// lease is checkTwinsWith's before: one request in three around a leasing
+// strategy, a lease round trip on both twins, whose Grants must agree.
+func (tw *leaseTwins) lease(goRule, lua *proptest.Rig, _ int, ev proptest.Event) (string, error) {
+	if sc := goRule.Limiter().Strategy().Script(); !sc.Leases || tw.r.Intn(3) != 0 {
+		return "", nil
+	}
+	var terms algorithm.LeaseTerms
+	terms.Ahead = tw.r.Intn(2) == 0
+	if terms.Ahead {
+		ev.N = 1 // as the limiter's round trip taken ahead asks
+	}
+	if last := tw.last[ev.Key]; last.Units > 0 && tw.r.Intn(2) == 0 {
+		terms.Back, terms.BackAt = 1+tw.r.Int63n(last.Units), last.At
+		delete(tw.last, ev.Key)
+	}
+	if terms.Back > 0 && tw.r.Intn(4) == 0 {
+		ev.N = 0 // a hand-back only
+	} else {
+		terms.Want = ev.N + tw.r.Int63n(8)
+	}
+	g, err := goRule.Lease(ev, terms)
+	if err != nil {
+		return "", err
+	}
+	l, err := lua.Lease(ev, terms)
+	if err != nil {
+		return "", err
+	}
+	tw.leases++
+	if terms.Ahead && terms.Want > 0 {
+		tw.ahead++
+		if g.Units == 0 {
+			tw.deniedAhead++
+		}
+	}
+	if gs, ls := grantString(g), grantString(l); gs != ls {
+		return fmt.Sprintf("lease %s at %s on %+v: Go rule %s, Lua script %s", ev, ev.At.Format(time.RFC3339Nano), terms, gs, ls), nil
+	}
+	if g.Units > 0 {
+		tw.last[ev.Key] = g
+	}
+	return "", nil
+}
+
+// grantString is every figure of g, members and ban included.
+func grantString(g algorithm.Grant) string {
+	return fmt.Sprintf("{Units:%d At:%d Decision:%s}", g.Units, g.At, decisionString(g.Decision))
+}
+
+func decisionString(d algorithm.Decision) string {
+	var ms []string
+	for _, m := range d.Members() {
+		ms = append(ms, decisionString(m))
+	}
+	return fmt.Sprintf("{Allowed:%v Limit:%d Remaining:%d RetryAfter:%v ResetAfter:%v Ban:%v Members:%v}",
+		d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Ban(), ms)
 }
 
 // penaltyModel is one key's penalty state, restated from the doc of

@@ -172,6 +172,13 @@ type Script struct {
 	// window's, the sliding log's and the sliding-window counter's do.
 	// Default (NewScript): false.
 	Leases bool
+	// LeasesAhead reports that Source honours the calling convention's
+	// ahead mode (see package scripts and LeaseTerms.Ahead): sent back_at,
+	// back, want and "ahead", it leases as in its lease mode, except that
+	// a lease it denies changes no state a denial would (a penalty box
+	// counts no strike). Only scripts whose state a denial changes need
+	// it: Penalize's sets it when it leases. Default (NewScript): false.
+	LeasesAhead bool
 	// Holds reports that Source honours the calling convention's permit
 	// modes (see package scripts and Holder): sent a permit's identity and
 	// "acquire", "release" or "renew" as its last two arguments, it applies

@@ -56,6 +56,13 @@ func luaBackends(t *testing.T) []proptest.Backend {
 // at each request and then deciding it, and reports the first Result that
 // differs.
 func checkTwins(mem *store.Memory, b proptest.Backend, s proptest.Scenario) (string, error) {
+	return checkTwinsWith(mem, b, s, nil)
+}
+
+// checkTwinsWith is checkTwins with before, if not nil, run on both twins'
+// rigs ahead of each request's peek, reporting how they differ ("" when
+// they do not).
+func checkTwinsWith(mem *store.Memory, b proptest.Backend, s proptest.Scenario, before func(goRule, lua *proptest.Rig, i int, ev proptest.Event) (string, error)) (string, error) {
 	if err := s.Strat.S.Validate(); err != nil {
 		return "", err
 	}
@@ -68,6 +75,11 @@ func checkTwins(mem *store.Memory, b proptest.Backend, s proptest.Scenario) (str
 		return "", err
 	}
 	for i, ev := range s.Events() {
+		if before != nil {
+			if msg, err := before(goRule, lua, i, ev); msg != "" || err != nil {
+				return msg, err
+			}
+		}
 		// Each request is peeked at, then decided.
 		for _, op := range []struct {
 			what string

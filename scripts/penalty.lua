@@ -16,8 +16,9 @@
 -- ARGV[#ARGV]  "peek" on a peek: decide, and write nothing; "refund" on a
 --              refund: the inner strategy gives back n, the ban is as it
 --              was; "lease" on a lease, after ARGV[#ARGV-3..#ARGV-1] =
---              back_at, back, want (below); "atmost" on a partial grant
---              (below)
+--              back_at, back, want (below); "ahead" on a lease taken
+--              ahead, after the same three (below); "atmost" on a partial
+--              grant (below)
 --              back_at, back, want (below); "charge" after
 --              ARGV[#ARGV-1] = the debt cap: the inner strategy is charged
 --              n past its limit, the ban is as it was
@@ -34,7 +35,9 @@
 -- not, since a ban lifts no charge. Banned, the lease takes nothing and the
 -- reply is the ban's, as a decision's. Otherwise the inner strategy's
 -- lease mode decides, and a lease it denies is counted toward a ban as a
--- denied decision is.
+-- denied decision is. A lease taken ahead (mode "ahead";
+-- fleetlimit.WithLeaseAhead) is a lease in every way but one: it decides
+-- nothing for a caller, so a denial of it is not counted.
 --
 -- The state: denials counted since `since` (a count restarts once Within
 -- has passed since its first denial), the end of the current or last ban
@@ -55,7 +58,8 @@ end
 local t = tonumber(now)
 local peek = ARGV[#ARGV] == 'peek'
 local refund = ARGV[#ARGV] == 'refund'
-local lease = ARGV[#ARGV] == 'lease'
+local ahead = ARGV[#ARGV] == 'ahead'
+local lease = ARGV[#ARGV] == 'lease' or ahead
 local charge = ARGV[#ARGV] == 'charge'
 local atmost = ARGV[#ARGV] == 'atmost'
 local after = tonumber(ARGV[3])
@@ -189,7 +193,7 @@ if lease or atmost then
   local granted
   granted, at = leased(r)
   r = decision(r)
-  if granted > 0 then return reply({0, 0, granted, at}, r) end
+  if granted > 0 or ahead then return reply({0, 0, granted, at}, r) end
 else
   r = inner(ikeys, args(ARGV[2], peek and 'peek' or nil))
   if r.err then return r end

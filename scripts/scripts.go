@@ -39,6 +39,14 @@
 // strategy (algorithm.LeaseReplier). A script that leases says so with
 // algorithm.Script.Leases.
 //
+// or "ahead", in place of "lease" for a lease taken ahead
+// (fleetlimit.WithLeaseAhead, algorithm.LeaseTerms.Ahead), after the same
+// three arguments: the script leases as in its lease mode, but a lease it
+// denies changes no state a denial would, since no caller's request was
+// denied. Only a script whose state a denial changes needs the mode
+// (penalty.lua, which would otherwise count the denial toward a ban); it
+// says so with algorithm.Script.LeasesAhead, and any other is sent "lease".
+//
 // or "acquire", "release" or "renew", appended only for an operation on a
 // permit (fleetlimit.Limiter.Acquire, Permit.Release, Permit.Renew; the
 // store passes store.Request.Permit), after one more argument: the

@@ -42,9 +42,10 @@ func (m *Memory) Lease(_ context.Context, req Request, terms algorithm.LeaseTerm
 	return g, err
 }
 
-// Lease runs the strategy's script in its lease mode: one EVALSHA, as
-// Decide. A composite's or penalty box's reply is read by the strategy
-// (algorithm.LeaseReplier).
+// Lease runs the strategy's script in its lease mode (in its ahead mode
+// for a lease taken ahead, terms.Ahead, when the script honours it:
+// algorithm.Script.LeasesAhead): one EVALSHA, as Decide. A composite's or
+// penalty box's reply is read by the strategy (algorithm.LeaseReplier).
 func (r *Redis) Lease(ctx context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
 	if r.closed.Load() {
 		return algorithm.Grant{}, ErrClosed
@@ -53,7 +54,11 @@ func (r *Redis) Lease(ctx context.Context, req Request, terms algorithm.LeaseTer
 	if _, ok := req.Strategy.(algorithm.Leaser); !ok || script == nil || !script.Leases {
 		return algorithm.Grant{}, cannotLease(req.Strategy)
 	}
-	reply, err := r.eval(ctx, req, script, []any{terms.BackAt, terms.Back, terms.Want, "lease"})
+	mode := "lease"
+	if terms.Ahead && script.LeasesAhead {
+		mode = "ahead"
+	}
+	reply, err := r.eval(ctx, req, script, []any{terms.BackAt, terms.Back, terms.Want, mode})
 	if err != nil {
 		return algorithm.Grant{}, err
 	}

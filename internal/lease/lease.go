@@ -213,16 +213,12 @@ func (t *Table) spendFrom(e *entry, l, next *lease, key string, s algorithm.Stra
 
 // goAhead starts the round trip that takes the next lease of e ahead,
 // for l, its last lease, which a spend has just left low — unless a round
-// trip of the key is in flight, l has started one already, or s is a
-// penalty box (whose script would count a denied lease toward a ban, and
-// a lease taken ahead is no request). When l is e's newer lease, the
-// older is retired: its units go back in the same round trip. It requires
-// that sh.mu is held for reading.
+// trip of the key is in flight, l has started one already, or s may not
+// lease ahead (aheadable). When l is e's newer lease, the older is
+// retired: its units go back in the same round trip. It requires that
+// sh.mu is held for reading.
 func (t *Table) goAhead(e *entry, l *lease, key string, s algorithm.Strategy, now time.Time) {
-	if e.flight.Load() != nil || l.ahead.Load() {
-		return
-	}
-	if _, penalized := s.(interface{ Unwrap() algorithm.Strategy }); penalized {
+	if e.flight.Load() != nil || l.ahead.Load() || !aheadable(s) {
 		return
 	}
 	if !l.ahead.CompareAndSwap(false, true) {
@@ -249,10 +245,22 @@ func (t *Table) goAhead(e *entry, l *lease, key string, s algorithm.Strategy, no
 	go t.runAhead(t.shards.Of(key), e, f, key, s, now, sent, retired, back, want)
 }
 
+// aheadable reports whether a lease of s may be taken ahead: unless s's
+// state changes on a denial (algorithm.DenialCounter, as a penalty box's
+// strikes) and its script has no ahead mode (Script.LeasesAhead) to leave
+// it unchanged for a lease no caller waits on. Penalize's has one.
+func aheadable(s algorithm.Strategy) bool {
+	if dc, ok := s.(algorithm.DenialCounter); !ok || !dc.CountsDenials() {
+		return true
+	}
+	sc := s.Script()
+	return sc != nil && sc.LeasesAhead
+}
+
 // runAhead is the round trip goAhead started, and its landing.
 func (t *Table) runAhead(sh *shard, e *entry, f *flight, key string, s algorithm.Strategy, now, sent time.Time, retired *lease, back, want int64) {
 	defer t.trips.finish()
-	terms := algorithm.LeaseTerms{Want: want}
+	terms := algorithm.LeaseTerms{Want: want, Ahead: true}
 	if back > 0 {
 		terms.Back, terms.BackAt = back, retired.storeAt
 	}

@@ -306,7 +306,7 @@ func TestAheadTakesTheNextLease(t *testing.T) {
 		t.Fatalf("spend = %+v, %v", d, ok)
 	}
 	tab.Settle()
-	if got := a.got(); !slices.Equal(got, []algorithm.LeaseTerms{{Want: 10}}) || !slices.Equal(tab.Lefts("k"), []int64{5, 10}) {
+	if got := a.got(); !slices.Equal(got, []algorithm.LeaseTerms{{Want: 10, Ahead: true}}) || !slices.Equal(tab.Lefts("k"), []int64{5, 10}) {
 		t.Fatalf("terms %+v, leases %v; want one round trip for 10, leases [5 10]", got, tab.Lefts("k"))
 	}
 	// Remaining counts both leases; spending the older starts nothing.
@@ -321,7 +321,7 @@ func TestAheadTakesTheNextLease(t *testing.T) {
 		}
 	}
 	tab.Settle()
-	if got := a.got(); len(got) != 2 || got[1] != (algorithm.LeaseTerms{Want: 10, Back: 2, BackAt: 7}) {
+	if got := a.got(); len(got) != 2 || got[1] != (algorithm.LeaseTerms{Want: 10, Back: 2, BackAt: 7, Ahead: true}) {
 		t.Fatalf("terms %+v; want the second to hand back the older's 2", got)
 	}
 	if !slices.Equal(tab.Lefts("k"), []int64{4, 10}) {
@@ -331,6 +331,45 @@ func TestAheadTakesTheNextLease(t *testing.T) {
 		t.Errorf("Waited = %d, want 1: every spend was served at once", tab.Waited())
 	}
 }
+
+// A strategy whose state a denial changes leases ahead only when its
+// script has the ahead mode, which leaves that state as it was for a
+// lease no caller waits on: a penalty box does (and its round trip is
+// marked Ahead); a strategy counting denials without the mode does not.
+func TestAheadOnlyWhereADenialChangesNothing(t *testing.T) {
+	penalty := algorithm.Penalize(tb, algorithm.Penalty{After: 1, Within: time.Minute, Ban: time.Minute, MaxBan: time.Hour})
+	for _, c := range []struct {
+		name string
+		s    algorithm.Strategy
+		want []algorithm.LeaseTerms
+	}{
+		{"penalty box", penalty, []algorithm.LeaseTerms{{Want: 10, Ahead: true}}},
+		{"a denial counter without the ahead mode", strikes{tb}, nil},
+	} {
+		tab := New(10, time.Minute, keyed.Clock{Exact: true}, nil)
+		a := &aheadTrips{units: 10}
+		tab.Ahead(a.trip, nil, time.Minute)
+		var terms []algorithm.LeaseTerms
+		if _, _, err := tab.Take(context.Background(), "k", c.s, 1, t0, t0, &Call{Deadline: later()}, grant(10, 7, &terms)); err != nil {
+			t.Fatal(err)
+		}
+		for range 4 { // 9 left: the spend leaving 5 would go ahead
+			if _, ok := tab.Spend("k", c.s, 1, t0, false); !ok {
+				t.Fatalf("%s: a spend from the lease failed", c.name)
+			}
+		}
+		tab.Settle()
+		if got := a.got(); !slices.Equal(got, c.want) {
+			t.Errorf("%s: round trips ahead %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+// strikes is a strategy that counts denials (algorithm.DenialCounter)
+// with a script that has no ahead mode.
+type strikes struct{ algorithm.Strategy }
+
+func (strikes) CountsDenials() bool { return true }
 
 // A round trip ahead that the breaker refuses (nothing sent) leaves the
 // older lease its units; one that fails loses them (a failed hand-back is
@@ -361,7 +400,7 @@ func TestAheadTripFailures(t *testing.T) {
 		tab.Settle()
 		tab.Spend("k", tb, 1, t0, false) // the newer has started its one round trip
 		tab.Settle()
-		if got := a.got(); len(got) != 2 || got[1] != (algorithm.LeaseTerms{Want: 10, Back: 1, BackAt: 7}) {
+		if got := a.got(); len(got) != 2 || got[1] != (algorithm.LeaseTerms{Want: 10, Back: 1, BackAt: 7, Ahead: true}) {
 			t.Errorf("%v: terms %+v", c.err, got)
 		}
 		if got := tab.Lefts("k"); !slices.Equal(got, c.want) {

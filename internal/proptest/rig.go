@@ -20,6 +20,8 @@ const Timeout = 10 * time.Second
 type Rig struct {
 	lim   *fleetlimit.Limiter
 	clock *fakeclock.Clock
+	st    store.Store
+	s     algorithm.Strategy
 }
 
 // NewRig returns a rig deciding s over st, failing closed, with opts
@@ -34,7 +36,26 @@ func NewRig(st store.Store, s algorithm.Strategy, opts ...fleetlimit.Option) (*R
 	if err != nil {
 		return nil, err
 	}
-	return &Rig{lim: lim, clock: c}, nil
+	return &Rig{lim: lim, clock: c, st: st, s: s}, nil
+}
+
+// Lease applies the rig's strategy's lease rule to ev's key on terms at
+// ev's time, for a request of cost ev.N, straight through the rig's store
+// (store.Leaser): the round trip a limiter with leases sends, here for
+// the twin tests to compare Grants. The rig's limiter keeps no lease of
+// it.
+func (r *Rig) Lease(ev Event, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
+	l, ok := r.st.(store.Leaser)
+	if !ok {
+		return algorithm.Grant{}, fmt.Errorf("lease %q: store %T cannot lease", ev.Key, r.st)
+	}
+	r.clock.Set(ev.At)
+	req := store.Request{Strategy: r.s, Prefix: r.lim.KeyPrefix(), Key: ev.Key, N: ev.N, Now: ev.At, Timeout: Timeout}
+	g, err := l.Lease(context.Background(), req, terms)
+	if err != nil {
+		return g, fmt.Errorf("lease %s %q n=%d %+v: %w", ev.At.Format(time.RFC3339Nano), ev.Key, ev.N, terms, err)
+	}
+	return g, nil
 }
 
 // Peek peeks at ev's decision at its time (Limiter.Peek).
