@@ -217,3 +217,70 @@ func TestLeaseAheadDenialIsNoStrike(t *testing.T) {
 		})
 	}
 }
+
+// Every strategy that leases leases ahead, on every store (the Cluster
+// too): the four that lease, a composite of them, a penalty box, a tier
+// (WithStrategyFor) of each, and partial grants (AllowAtMost) spending
+// from a lease. A hot key's decisions never wait on a round trip once its
+// first lease is held — the key's first decision (exact) and its first
+// lease are the only two that wait — and the round trips stay one per
+// size decisions.
+func TestLeaseAheadEveryLeasingStrategy(t *testing.T) {
+	const size, decisions, limit = 16, 16 * 12, 1_000_000
+	fw, tb := algorithm.FixedWindow(limit, time.Hour), algorithm.TokenBucket(limit, time.Hour, limit)
+	tier := func(s algorithm.Strategy) fleetlimit.Option {
+		return fleetlimit.WithStrategyFor(func(context.Context, string) (algorithm.Strategy, error) { return s, nil })
+	}
+	penalty := fleetlimit.WithPenalty(3, time.Minute, time.Minute, time.Hour)
+	cases := []struct {
+		name   string
+		s      algorithm.Strategy
+		opts   []fleetlimit.Option
+		atMost bool
+	}{
+		{"token_bucket", tb, nil, false},
+		{"fixed_window", fw, nil, false},
+		{"sliding_window_log", algorithm.SlidingWindowLog(limit, time.Hour), nil, false},
+		{"sliding_window_counter", algorithm.SlidingWindowCounter(limit, time.Hour), nil, false},
+		{"all", algorithm.All(fw, tb), nil, false},
+		{"penalty", fw, []fleetlimit.Option{penalty}, false},
+		{"penalty around all", algorithm.All(fw, tb), []fleetlimit.Option{penalty}, false},
+		{"tier", fw, []fleetlimit.Option{tier(algorithm.FixedWindow(limit/2, time.Hour))}, false},
+		{"tier of all", algorithm.All(fw, tb), []fleetlimit.Option{tier(algorithm.All(algorithm.FixedWindow(limit/2, time.Hour), tb))}, false},
+		{"tier in a penalty box", fw, []fleetlimit.Option{tier(algorithm.FixedWindow(limit/2, time.Hour)), penalty}, false},
+		{"allow at most", fw, nil, true},
+	}
+	for _, b := range leaseBackends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			for _, c := range cases {
+				var trips atomic.Int64
+				opts := append([]fleetlimit.Option{fleetlimit.WithKeyPrefix(redistest.Prefix()), fleetlimit.WithTimeout(proptest.Timeout),
+					fleetlimit.WithLeases(size, time.Hour), fleetlimit.WithLeaseAhead()}, c.opts...)
+				l, err := fleetlimit.New(c.s, grantingCount{countLeases{b.Store, &trips}}, opts...)
+				require.NoError(t, err, c.name)
+				for i := range decisions {
+					var res fleetlimit.Result
+					if c.atMost && i >= 2 { // once the lease is held: AllowAtMost does not take one
+						_, res, err = l.AllowAtMost(bg, "hot", 1)
+					} else {
+						res, err = l.Allow(bg, "hot")
+					}
+					require.NoError(t, err, c.name)
+					require.True(t, res.Allowed, "%s: decision %d", c.name, i)
+					fleetlimit.SettleLeases(l)
+				}
+				require.Equal(t, int64(2), fleetlimit.LeaseWaits(l), "%s: decisions that waited on a round trip", c.name)
+				require.LessOrEqual(t, trips.Load(), int64(1+(decisions+size-1)/size), "%s: lease round trips", c.name)
+				require.NoError(t, l.Close(), c.name)
+			}
+		})
+	}
+}
+
+// grantingCount is countLeases that grants part of a request too
+// (store.Granter), as its store does.
+type grantingCount struct{ countLeases }
+
+func (g grantingCount) AtMost(ctx context.Context, req store.Request) (algorithm.Decision, error) {
+	return g.Store.(store.Granter).AtMost(ctx, req)
+}
