@@ -129,9 +129,9 @@ import (
 // and takes the fair share of the tightest member's units from all of
 // them, so each member meets its own bound above — and penalty boxes
 // (WithPenalty) around a leasing strategy, where a lease round trip the
-// strategy denies counts toward a ban as a denied decision does, and a ban
-// denies at the next round trip (requests served from a lease held before
-// it are admissions). A composite's Limits, at a round trip, are its
+// strategy denies counts toward a ban as a denied decision does (but for
+// one taken ahead: WithLeaseAhead), and a ban denies at the next round
+// trip (requests served from a lease held before it are admissions). A composite's Limits, at a round trip, are its
 // members' store figures, without the lease; from a lease, Limits is empty.
 // New refuses WithLeases, with ErrInvalidConfig, for a strategy or store
 // that cannot lease (a strategy that is not an algorithm.Leaser, or a
