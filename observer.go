@@ -83,7 +83,9 @@ type Event struct {
 	// when it was made (Err nil). A Reserve is observed as AllowN is.
 	Settle bool
 	// Cut is, for a Settle, the units the debt cap (WithMaxDebt) cut off
-	// the charge: work done that no limit counted. 0 otherwise.
+	// the charge: work done that no limit counted; for a composite, the
+	// most any member cut (each member's is its LimitResult.Cut in the
+	// Result Settle returns). 0 otherwise.
 	Cut int64
 
 	// Permit is the permit operation this event reports, for a

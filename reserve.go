@@ -30,7 +30,11 @@ var ErrReservationDone = errors.New("fleetlimit: reservation already settled or 
 // down to -units tokens, so any interval of length d takes at most burst +
 // rate*d/per + units tokens; a sliding log holds at most limit + units live
 // units, in any window-long interval; a fixed window and a sliding-window
-// counter count at most limit + units in one aligned window
+// counter count at most limit + units in one aligned window. A composite
+// charges each member under its own cap (units for every member, or by
+// default each member's own limit), so each member's bound holds with its
+// own cap and members may cut different amounts (LimitResult.Cut; Event.Cut
+// is the most any cut); a penalty box's cap and bound are its strategy's
 // (TestPropertyReserveBound).
 func WithMaxDebt(units int64) Option {
 	return option(func(c *config) {
