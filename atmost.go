@@ -37,8 +37,10 @@ import (
 // a request (algorithm.Grants: the four built-in rate strategies, and All
 // and Penalize around them, can; Concurrency cannot) or a store that cannot
 // (a store.Granter: Memory and Redis are) is an error wrapping
-// errors.ErrUnsupported. An override's rule (WithOverrides) grants at most
-// its own maximum.
+// errors.ErrUnsupported. n is checked against the rule that decides the
+// key: its tier (WithStrategyFor) or its override's rule (WithOverrides),
+// whose maximum may be above or below the limiter's own; an exempt key is
+// granted all of n, and a blocked one nothing.
 //
 // When the store cannot answer, the decision is degraded as AllowN's is,
 // and the error wraps ErrStoreUnavailable: FailLocal grants from the

@@ -190,6 +190,19 @@ func (r Reservation) Estimate() int64 { return r.estimate }
 // settle that goes to a store (Event.Settle): not one at the estimate, nor
 // one of a reservation that charged nothing.
 //
+// A settle is made under the reservation's rule: the key's rule when
+// Reserve admitted it (its tier, WithStrategyFor, or its override's rule,
+// WithOverrides), whatever the key has been given since. The units were
+// charged under that rule, and the settle corrects that charge: an
+// override written since (another limit, an exemption, a block) or a new
+// tier neither swallows the excess nor keeps the estimate from being given
+// back, and the debt cap's default is that rule's limit
+// (TestSettleUnderOverrides, TestSettleUnderItsTier). Overrides only
+// change a limit, never the shape of the key's state (rule.SameShape), so
+// the charge always lands in the right state; but under a limit lowered
+// since, the key may stand further past its new limit than WithMaxDebt,
+// as spent units carry over into any lower tier.
+//
 // Settle is safe for concurrent use: of concurrent Settles and Cancels of
 // one reservation, exactly one settles it.
 func (r Reservation) Settle(ctx context.Context, actual int64) (Result, error) {
@@ -265,7 +278,7 @@ func (r Reservation) remote(ctx context.Context, diff int64) (Result, int64, err
 	start := time.Now()
 	backoff := max(time.Millisecond, l.cfg.timeout/8)
 	for {
-		c := call{m: m}
+		c := call{m: m, rule: r.rule}
 		res, _, err := l.decideCall(ctx, &c, r.key, n)
 		if diff < 0 {
 			if dc := l.denials; dc != nil {
