@@ -184,9 +184,26 @@ func (r Reservation) Estimate() int64 { return r.estimate }
 // ctx is done), except after a timeout or a connection broken mid-call,
 // after which the store may have made the charge and a second try could
 // make it twice; then it returns an error wrapping ErrStoreUnavailable,
-// reported to the Observer too, and the reservation is spent: the estimate
-// stays charged as it was. A settle is a write the store makes or does
-// not, and the failure policy never decides one. The Observer sees every
+// reported to the Observer too, and the reservation is spent. A settle is
+// a write the store makes or does not, and the failure policy never
+// decides one.
+//
+// After a Settle or Cancel error, other than ErrInvalidCost and a ctx done
+// before the call, the reservation is spent: do not settle it again — a
+// second Settle or Cancel returns ErrReservationDone and sends nothing, so
+// nothing is charged or given back twice (TestSettleFailureNeverChargesTwice).
+// What the store holds then depends on the error: after one the store
+// answered with or a refused connection the settle was not made, and the
+// estimate stays charged as it was; after a timeout or a connection
+// broken mid-call (errors.Is(err, context.DeadlineExceeded), a net
+// timeout, io.EOF, ECONNRESET, EPIPE) it may have been made. Either way the
+// key stays within its bound: what was charged was admitted or capped.
+// Count or log the error (the Observer has it, Event.Settle with Err) as
+// work that may have gone uncounted; do not charge the difference some
+// other way, since it may have been charged already. Exactly once needs a
+// client that does not resend by itself: a go-redis client with MaxRetries
+// above 0 (go-redis's default is 3) resends a command whose connection
+// broke, which can run a charge twice; build it with MaxRetries: -1. The Observer sees every
 // settle that goes to a store (Event.Settle): not one at the estimate, nor
 // one of a reservation that charged nothing.
 //
