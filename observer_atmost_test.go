@@ -2,6 +2,7 @@ package fleetlimit_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/observertest"
+	"github.com/fleetlimit/fleetlimit/internal/spy"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 )
 
@@ -99,4 +102,31 @@ func TestAtMostObserverSeesEveryGrant(t *testing.T) {
 		require.Equal(t, fleetlimit.DecidedByPolicy, e.DecidedBy)
 		require.ErrorIs(t, e.Err, fleetlimit.ErrStoreUnavailable)
 	})
+}
+
+// TestSlogObserverGrantsAndSettles: SlogObserver logs a partial grant with
+// what it granted, and a settle marked as one (observertest's sequence:
+// grants of 4 of 4 and 6 of 10, a reservation of 5 cancelled, one of 3
+// settled at 5), each once.
+func TestSlogObserverGrantsAndSettles(t *testing.T) {
+	log := &spy.Log{}
+	observertest.GrantsAndSettles(t, fleetlimit.SlogObserver(slog.New(log)))
+	type rec struct {
+		n, granted int64
+		settle     bool
+	}
+	var got []rec
+	for _, r := range log.Take() {
+		a := spy.Attrs(r)
+		var g rec
+		g.n = a["n"].Int64()
+		if v, ok := a["granted"]; ok {
+			g.granted = v.Int64()
+		}
+		if v, ok := a["settle"]; ok {
+			g.settle = v.Bool()
+		}
+		got = append(got, g)
+	}
+	require.Equal(t, []rec{{4, 4, false}, {10, 6, false}, {5, 0, false}, {-5, 0, true}, {3, 0, false}, {2, 0, true}}, got)
 }

@@ -11,8 +11,10 @@ import (
 // who decided and whether the breaker was open; denials at Info; admissions
 // at Debug; a caller gone before its decision (DecidedByCaller) at Info.
 // Each record carries name, route (when set), algorithm, key,
-// n, allowed, remaining and latency. Levels the logger does not enable cost
-// one Enabled call and no allocation.
+// n, allowed, remaining and latency; a partial grant (Event.AtMost) also
+// granted, and a settle (Event.Settle) settle true and, when the debt cap
+// cut the charge, cut. Levels the logger does not enable cost one Enabled
+// call and no allocation.
 //
 // Keys are client identifiers (user ids, IP prefixes): mind your retention
 // rules when logging admissions and denials.
@@ -41,7 +43,7 @@ func (o slogObserver) Observe(e Event) {
 	if !o.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 14)
+	attrs := make([]slog.Attr, 0, 16)
 	attrs = append(attrs, slog.String("name", e.Name))
 	if e.Route != "" {
 		attrs = append(attrs, slog.String("route", e.Route))
@@ -56,6 +58,15 @@ func (o slogObserver) Observe(e Event) {
 	)
 	if e.Shadow {
 		attrs = append(attrs, slog.Bool("shadow", true))
+	}
+	if e.AtMost {
+		attrs = append(attrs, slog.Int64("granted", e.Granted))
+	}
+	if e.Settle {
+		attrs = append(attrs, slog.Bool("settle", true))
+		if e.Cut > 0 {
+			attrs = append(attrs, slog.Int64("cut", e.Cut))
+		}
 	}
 	if e.Degraded() {
 		attrs = append(attrs,
