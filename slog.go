@@ -56,6 +56,21 @@ func (o slogObserver) Observe(e Event) {
 		slog.Int64("remaining", e.Remaining),
 		slog.Duration("latency", e.Latency),
 	)
+	attrs = kindAttrs(attrs, e)
+	if e.Degraded() {
+		attrs = append(attrs,
+			slog.String("error", e.Err.Error()),
+			slog.String("policy", e.Policy.String()),
+			slog.String("decided_by", e.DecidedBy.String()),
+			slog.Bool("circuit_open", e.CircuitOpen),
+		)
+	}
+	o.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// kindAttrs appends to attrs what marks e as a shadow admission, a
+// partial grant or a settle.
+func kindAttrs(attrs []slog.Attr, e Event) []slog.Attr {
 	if e.Shadow {
 		attrs = append(attrs, slog.Bool("shadow", true))
 	}
@@ -68,15 +83,7 @@ func (o slogObserver) Observe(e Event) {
 			attrs = append(attrs, slog.Int64("cut", e.Cut))
 		}
 	}
-	if e.Degraded() {
-		attrs = append(attrs,
-			slog.String("error", e.Err.Error()),
-			slog.String("policy", e.Policy.String()),
-			slog.String("decided_by", e.DecidedBy.String()),
-			slog.Bool("circuit_open", e.CircuitOpen),
-		)
-	}
-	o.log.LogAttrs(ctx, level, msg, attrs...)
+	return attrs
 }
 
 // ObserveConflict logs a registry conflict (see ConflictObserver) at
