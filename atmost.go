@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -36,8 +37,10 @@ import (
 // a request (algorithm.Grants: the four built-in rate strategies, and All
 // and Penalize around them, can; Concurrency cannot) or a store that cannot
 // (a store.Granter: Memory and Redis are) is an error wrapping
-// errors.ErrUnsupported. An override's rule (WithOverrides) grants at most
-// its own maximum.
+// errors.ErrUnsupported. n is checked against the rule that decides the
+// key: its tier (WithStrategyFor) or its override's rule (WithOverrides),
+// whose maximum may be above or below the limiter's own; an exempt key is
+// granted all of n, and a blocked one nothing.
 //
 // When the store cannot answer, the decision is degraded as AllowN's is,
 // and the error wraps ErrStoreUnavailable: FailLocal grants from the
@@ -50,8 +53,13 @@ import (
 // leases (WithLeases), a request the key's lease holds in full is granted
 // from it in process, as AllowN would be; any other is an exact round trip
 // in the store's atmost mode, which leaves the lease as it is. The
-// denial cache (WithDenialCache) is neither consulted nor taught. The
-// Observer is not told.
+// denial cache (WithDenialCache) is neither consulted nor taught.
+//
+// The Observer sees each call that AllowN would have it see (not one with
+// invalid input, nor one refused as unsupported), once, as an Event with
+// AtMost set: N is the n asked for, Granted the units granted (in shadow
+// mode the real grant, before it is raised to n), Allowed is Granted > 0,
+// and the rest as for AllowN's decision.
 //
 // AllowAtMost is safe for concurrent use. In Redis it is one script call
 // (EVALSHA, pipelined as decisions are).
@@ -61,6 +69,10 @@ func (l *Limiter) AllowAtMost(ctx context.Context, key string, n int64) (granted
 			return 0, l.none(), err
 		}
 		return 0, l.none(), fmt.Errorf("fleetlimit: allow at most %d for %q: store %T does not implement store.Granter: %w", n, key, l.store, errors.ErrUnsupported)
+	}
+	var start time.Time
+	if l.cfg.observer != nil {
+		start = time.Now()
 	}
 	c := call{m: &l.atMost}
 	res, o, err := l.decideCall(ctx, &c, key, n)
@@ -74,8 +86,14 @@ func (l *Limiter) AllowAtMost(ctx context.Context, key string, n int64) (granted
 		// lease admitted the whole request.
 		granted = n
 	}
+	real := granted
 	if l.cfg.shadow && granted < n && !o.invalid() && o.by() != DecidedByCaller {
 		granted, res.Allowed, res.Shadow = n, true, true
+	}
+	if obs := l.cfg.observer; obs != nil && !o.invalid() {
+		e := l.event(ctx, key, n, start, Result{Allowed: real > 0, Shadow: res.Shadow, Remaining: res.Remaining}, o, err)
+		e.AtMost, e.Granted = true, real
+		obs.Observe(e)
 	}
 	return granted, res, err
 }

@@ -293,6 +293,10 @@ type call struct {
 	d     algorithm.Decision // the store's decision, once remote has it
 	o     outcome            // who decided, once remote knows
 	res   Result             // the call's Result, once a stage has decided it (see stages)
+	// rule, when set, is the rule the call is decided by in place of the
+	// key's tier and override: a settle's, the reservation's rule
+	// (Reservation.Settle). Looked at only with tiers or overrides on.
+	rule algorithm.Strategy
 }
 
 // decide is the one path of every decision: AllowN, Peek and Refund (each
@@ -336,9 +340,8 @@ func (l *Limiter) stages(ctx context.Context, c *call, key string, n int64) (out
 		return o, err
 	}
 	if l.ov != nil {
-		if res, o, ok := l.overridden(ctx, c); ok {
-			c.res = res
-			return o, nil
+		if o, ok, err := l.overrideStage(ctx, c); ok {
+			return o, err
 		}
 	}
 	if m.local {
@@ -372,11 +375,13 @@ func (l *Limiter) start(ctx context.Context, c *call, key string, n int64) (outc
 	}
 	if l.cfg.tiers != nil {
 		var err error
-		if c.req.Strategy, err = l.ruleFor(ctx, key); err != nil {
+		if c.rule != nil {
+			c.req.Strategy = c.rule
+		} else if c.req.Strategy, err = l.ruleFor(ctx, key); err != nil {
 			return outcomeInvalid, err
 		}
 	}
-	if c.m.grants {
+	if c.m.grants && l.ov == nil { // with overrides, once the key's override applies (overrideStage)
 		if err := checkGrant(c.req); err != nil {
 			return outcomeInvalid, err
 		}

@@ -14,7 +14,9 @@ import (
 // and docs/http.md for Prometheus counters in ten lines).
 //
 // Observe is called synchronously, once per decision, on the goroutine that
-// called AllowN, after the decision is made and before AllowN returns; there
+// called AllowN, after the decision is made and before AllowN returns (and
+// likewise once per AllowAtMost, Reserve and store-bound Settle, marked
+// Event.AtMost and Event.Settle); there
 // is no goroutine or queue in between. It must therefore be fast and safe for
 // concurrent use, and must not retain the Event's error beyond the call if it
 // cares about memory. Calls with invalid input (ErrInvalidKey,
@@ -83,8 +85,17 @@ type Event struct {
 	// when it was made (Err nil). A Reserve is observed as AllowN is.
 	Settle bool
 	// Cut is, for a Settle, the units the debt cap (WithMaxDebt) cut off
-	// the charge: work done that no limit counted. 0 otherwise.
+	// the charge: work done that no limit counted; for a composite, the
+	// most any member cut (each member's is its LimitResult.Cut in the
+	// Result Settle returns). 0 otherwise.
 	Cut int64
+	// AtMost reports a partial grant (Limiter.AllowAtMost) rather than an
+	// AllowN: N is then the cost asked for, and Granted the units granted,
+	// 0 to N, Allowed being Granted > 0. For a shadow grant (Shadow) Granted
+	// is what the limiter would have granted, below N, and the caller was
+	// given N. Both are zero for every other event.
+	AtMost  bool
+	Granted int64
 
 	// Permit is the permit operation this event reports, for a
 	// PermitObserver; NotPermit (zero) for AllowN's decisions.
@@ -99,6 +110,24 @@ type routeKey struct{}
 // httplimit sets the ServeMux pattern); the decision itself ignores it.
 func ContextWithRoute(ctx context.Context, route string) context.Context {
 	return context.WithValue(ctx, routeKey{}, route)
+}
+
+// Cost splits e's units into those admitted and those denied, for
+// observers that count cost (package promobserver and otelobserver): for
+// an AllowN (or a Reserve), N as Allowed says; for a partial grant
+// (AtMost), Granted admitted and N - Granted denied; for a settle, the
+// units charged past the estimate (N > 0) admitted, and nothing for units
+// given back (N < 0), which are no cost. Both are >= 0.
+func (e Event) Cost() (admitted, denied int64) {
+	switch {
+	case e.AtMost:
+		return e.Granted, e.N - e.Granted
+	case e.Settle:
+		return max(e.N, 0), 0
+	case e.Allowed:
+		return e.N, 0
+	}
+	return 0, e.N
 }
 
 // Degraded reports whether the store did not make this decision.

@@ -175,6 +175,30 @@ func (l *Limiter) overridden(ctx context.Context, c *call) (Result, outcome, boo
 	return Result{Limit: limit, RetryAfter: left, ResetAfter: left}, outcome(DecidedByOverride), true
 }
 
+// overrideStage is decide's override stage (see stages): a call with a
+// rule of its own (call.rule, a settle's) is decided by it, whatever the
+// key's override; any other is decided in process by the key's exemption
+// or block (ok true), or goes on under its override's rule, if any. A
+// partial grant's cost is checked here against the rule that decides it
+// (checkGrant), a refused one ending the call (ok true) as bad input.
+func (l *Limiter) overrideStage(ctx context.Context, c *call) (outcome, bool, error) {
+	if c.rule != nil {
+		c.req.Strategy = c.rule
+		return 0, false, nil
+	}
+	if res, o, ok := l.overridden(ctx, c); ok {
+		c.res = res
+		return o, true, nil
+	}
+	if c.m.grants {
+		if err := checkGrant(c.req); err != nil {
+			c.res = l.none()
+			return outcomeInvalid, true, err
+		}
+	}
+	return 0, false, nil
+}
+
 // lookup returns key's live override at now, from a copy no older than
 // the bound (see WithOverrides).
 func (t *overrideTable) lookup(ctx context.Context, key string, now time.Time) (overrideEntry, bool) {
@@ -333,7 +357,10 @@ func (l *Limiter) overrideOf(s algorithm.Strategy) (string, overrideEntry, error
 // grants a fresh allowance), or algorithm.Unlimited to exempt the key: an
 // exempt key is admitted in process and its counters are left as they
 // were. Its Result then has Limit and Remaining the limiter's Limit;
-// Event.DecidedBy is DecidedByOverride.
+// Event.DecidedBy is DecidedByOverride. A reservation admitted before the
+// override settles under the rule that admitted it (see
+// Reservation.Settle), and AllowAtMost asks at most the override's own
+// maximum (algorithm.MaxCost).
 //
 // A bad key (ErrInvalidKey), a ttl not between 1ms and
 // algorithm.MaxWindow, a nil or invalid strategy, one of another shape,

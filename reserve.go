@@ -30,7 +30,11 @@ var ErrReservationDone = errors.New("fleetlimit: reservation already settled or 
 // down to -units tokens, so any interval of length d takes at most burst +
 // rate*d/per + units tokens; a sliding log holds at most limit + units live
 // units, in any window-long interval; a fixed window and a sliding-window
-// counter count at most limit + units in one aligned window
+// counter count at most limit + units in one aligned window. A composite
+// charges each member under its own cap (units for every member, or by
+// default each member's own limit), so each member's bound holds with its
+// own cap and members may cut different amounts (LimitResult.Cut; Event.Cut
+// is the most any cut); a penalty box's cap and bound are its strategy's
 // (TestPropertyReserveBound).
 func WithMaxDebt(units int64) Option {
 	return option(func(c *config) {
@@ -180,11 +184,41 @@ func (r Reservation) Estimate() int64 { return r.estimate }
 // ctx is done), except after a timeout or a connection broken mid-call,
 // after which the store may have made the charge and a second try could
 // make it twice; then it returns an error wrapping ErrStoreUnavailable,
-// reported to the Observer too, and the reservation is spent: the estimate
-// stays charged as it was. A settle is a write the store makes or does
-// not, and the failure policy never decides one. The Observer sees every
+// reported to the Observer too, and the reservation is spent. A settle is
+// a write the store makes or does not, and the failure policy never
+// decides one.
+//
+// After a Settle or Cancel error, other than ErrInvalidCost and a ctx done
+// before the call, the reservation is spent: do not settle it again — a
+// second Settle or Cancel returns ErrReservationDone and sends nothing, so
+// nothing is charged or given back twice (TestSettleFailureNeverChargesTwice).
+// What the store holds then depends on the error: after one the store
+// answered with or a refused connection the settle was not made, and the
+// estimate stays charged as it was; after a timeout or a connection
+// broken mid-call (errors.Is(err, context.DeadlineExceeded), a net
+// timeout, io.EOF, ECONNRESET, EPIPE) it may have been made. Either way the
+// key stays within its bound: what was charged was admitted or capped.
+// Count or log the error (the Observer has it, Event.Settle with Err) as
+// work that may have gone uncounted; do not charge the difference some
+// other way, since it may have been charged already. Exactly once needs a
+// client that does not resend by itself: a go-redis client with MaxRetries
+// above 0 (go-redis's default is 3) resends a command whose connection
+// broke, which can run a charge twice; build it with MaxRetries: -1. The Observer sees every
 // settle that goes to a store (Event.Settle): not one at the estimate, nor
 // one of a reservation that charged nothing.
+//
+// A settle is made under the reservation's rule: the key's rule when
+// Reserve admitted it (its tier, WithStrategyFor, or its override's rule,
+// WithOverrides), whatever the key has been given since. The units were
+// charged under that rule, and the settle corrects that charge: an
+// override written since (another limit, an exemption, a block) or a new
+// tier neither swallows the excess nor keeps the estimate from being given
+// back, and the debt cap's default is that rule's limit
+// (TestSettleUnderOverrides, TestSettleUnderItsTier). Overrides only
+// change a limit, never the shape of the key's state (rule.SameShape), so
+// the charge always lands in the right state; but under a limit lowered
+// since, the key may stand further past its new limit than WithMaxDebt,
+// as spent units carry over into any lower tier.
 //
 // Settle is safe for concurrent use: of concurrent Settles and Cancels of
 // one reservation, exactly one settles it.
@@ -261,7 +295,7 @@ func (r Reservation) remote(ctx context.Context, diff int64) (Result, int64, err
 	start := time.Now()
 	backoff := max(time.Millisecond, l.cfg.timeout/8)
 	for {
-		c := call{m: m}
+		c := call{m: m, rule: r.rule}
 		res, _, err := l.decideCall(ctx, &c, r.key, n)
 		if diff < 0 {
 			if dc := l.denials; dc != nil {

@@ -3,6 +3,7 @@ package fleetlimit_test
 import (
 	"fmt"
 	"math/rand"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,8 +32,9 @@ func reserveBackends(t *testing.T) []proptest.Backend {
 	return bs
 }
 
-// debtCaps are the caps the properties run under, by scenario: the
-// default (the limit), none, one unit, twice the limit.
+// debtCap is the cap a property's scenario runs under, by scenario: the
+// default (the limit; each member's own for a composite: units -1), none,
+// one unit, twice the limit.
 func debtCap(s proptest.Scenario) (opt []fleetlimit.Option, units int64) {
 	limit := s.Strat.S.Limit()
 	switch len(s.Arrivals) % 4 {
@@ -43,7 +45,7 @@ func debtCap(s proptest.Scenario) (opt []fleetlimit.Option, units int64) {
 	case 3:
 		return []fleetlimit.Option{fleetlimit.WithMaxDebt(2 * limit)}, 2 * limit
 	}
-	return nil, limit
+	return nil, -1
 }
 
 // settledCost is the real cost a timeline's i-th reservation of estimate n
@@ -52,37 +54,82 @@ func settledCost(i int, n, limit int64) int64 {
 	return []int64{0, n / 2, n, 2 * n, 3*n + limit}[i%5]
 }
 
-// cutsSeen counts the settles whose charge the debt cap cut, over every
-// case of TestPropertyReserveBound: the cap must be reached, or the
-// property proves nothing about it.
-var cutsSeen atomic.Int64
+// cutsSeen counts, by kind of strategy (a registry entry's name, "all",
+// "penalty"), the settles whose charge the debt cap cut, over every case
+// of TestPropertyReserveBound: the cap must be reached, or the property
+// proves nothing about it.
+var cutsSeen sync.Map // string -> *atomic.Int64
+
+func sawCut(kind string) {
+	c, _ := cutsSeen.LoadOrStore(kind, new(atomic.Int64))
+	c.(*atomic.Int64).Add(1)
+}
 
 // TestPropertyReserveBound: on every store (memory, miniredis, redis-server,
-// its Cluster, valkey-server) and for every registered algorithm, each
-// arrival of a generated timeline is a reservation of its cost, settled at
-// the key's next arrival (or at the end) at a real cost of 0 (Cancel),
-// half, the estimate, twice it or 3*estimate + limit, under a debt cap
-// (WithMaxDebt) of the limit (the default), 0, 1 or twice the limit. Each
-// reservation is counted at its time as its estimate, and each settle at
-// its time as what it charged (its excess less what the Observer reports
-// cut, Event.Cut) or what it gave back (at most what the key owes). Then
-// the net units obey the strategy's bound with the limit raised by the cap
-// D:
+// its Cluster, valkey-server), for every registered algorithm, composites
+// (algorithm.All) and penalty boxes, each arrival of a generated timeline
+// is a reservation of its cost, settled at the key's next arrival (or at
+// the end) at a real cost of 0 (Cancel), half, the estimate, twice it or
+// 3*estimate + limit, under a debt cap (WithMaxDebt) of the limit (the
+// default), 0, 1 or twice the limit. Each reservation is counted at its
+// time as its estimate, and each settle at its time as what it charged
+// (its excess less what the cap cut: Event.Cut, or a composite member's
+// LimitResult.Cut) or what it gave back (at most what the key owes). Then
+// the net units obey the strategy's bound with the limit raised by the
+// cap D:
 //
 //   - sliding_window_log: at most limit + D in every interval of length W;
 //   - token_bucket: at most burst + D + rate*d/per in every closed
 //     interval of length d;
 //   - fixed_window and sliding_window_counter: at most limit + D in every
-//     aligned window.
+//     aligned window;
+//   - a composite: each member's own bound, counted with that member's
+//     cuts, D being WithMaxDebt's units for every member, or by default
+//     each member's own limit;
+//   - a penalty box: its strategy's bound (a settle neither starts nor
+//     lifts a ban).
 //
-// The caps are reached: some settles are cut (cutsSeen).
+// The caps are reached: some settles of each kind are cut (cutsSeen).
 func TestPropertyReserveBound(t *testing.T) {
-	proptest.CheckEntries(t, reserveBackends(t), func(b proptest.Backend, s proptest.Scenario) (string, error) {
-		return checkReserveBound(b, s)
-	})
-	if !t.Failed() && cutsSeen.Load() == 0 {
-		t.Error("no settle reached the debt cap: the property checked no cap")
+	bs := reserveBackends(t)
+	check := func(b proptest.Backend, s proptest.Scenario) (string, error) { return checkReserveBound(b, s) }
+	proptest.CheckEntries(t, bs, check)
+	proptest.CheckComposites(t, bs, check)
+	checkPenalties(t, bs, check)
+	if t.Failed() {
+		return
 	}
+	for _, k := range proptest.Kinds(t) {
+		if c, ok := cutsSeen.Load(k.Name); !ok || c.(*atomic.Int64).Load() == 0 {
+			t.Errorf("no settle of a %s reached the debt cap: the property checked no cap there", k.Name)
+		}
+	}
+}
+
+// checkPenalties is CheckComposites for generated penalty boxes
+// (proptest.PenaltyCase), in a subtest named "penalty".
+func checkPenalties(t *testing.T, bs []proptest.Backend, check func(proptest.Backend, proptest.Scenario) (string, error)) {
+	t.Helper()
+	t.Run("penalty", func(t *testing.T) {
+		for _, b := range bs {
+			t.Run(b.Name, func(t *testing.T) {
+				g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.PenaltyCase(b, r) }, false)
+				proptest.Check(t, max(1, b.Cases/2), prop.ForAll(func(s proptest.Scenario) (string, error) { return check(b, s) }, g))
+			})
+		}
+	})
+}
+
+// bounded are the strategies whose bounds a scenario's strategy sc must
+// obey: itself, a composite's members, a penalty box's strategy's.
+func bounded(sc proptest.StratCase) []proptest.StratCase {
+	switch {
+	case sc.Inner != nil:
+		return bounded(*sc.Inner)
+	case len(sc.Members) > 0:
+		return sc.Members
+	}
+	return []proptest.StratCase{sc}
 }
 
 func checkReserveBound(b proptest.Backend, s proptest.Scenario) (string, error) {
@@ -101,10 +148,14 @@ func checkReserveBound(b proptest.Backend, s proptest.Scenario) (string, error) 
 		rv fleetlimit.Reservation
 		i  int
 	}
+	ms := bounded(s.Strat)
 	limit := s.Strat.S.Limit()
 	open := make(map[string]pending)
-	byKey := make(map[string][]credited)
-	owed := make(map[string]int64)
+	byKey := make([]map[string][]credited, len(ms)) // by member
+	owed := make([]map[string]int64, len(ms))
+	for m := range ms {
+		byKey[m], owed[m] = make(map[string][]credited), make(map[string]int64)
+	}
 	settle := func(key string, at time.Time) error {
 		p, ok := open[key]
 		if !ok {
@@ -114,18 +165,27 @@ func checkReserveBound(b proptest.Backend, s proptest.Scenario) (string, error) 
 		est := p.rv.Estimate()
 		actual := settledCost(p.i, est, limit)
 		cut = 0
-		if _, err := rig.Settle(p.rv, at, actual); err != nil {
+		res, err := rig.Settle(p.rv, at, actual)
+		if err != nil {
 			return err
 		}
-		net := actual - est - cut
-		if net < 0 {
-			net = -min(-net, owed[key])
-		}
 		if cut > 0 {
-			cutsSeen.Add(1)
+			sawCut(s.Strat.Name)
 		}
-		owed[key] += net
-		byKey[key] = append(byKey[key], credited{at.UnixMicro(), net})
+		for m := range ms {
+			c := cut
+			if len(ms) > 1 || len(res.Limits()) > 0 {
+				if c = 0; len(res.Limits()) == len(ms) {
+					c = res.Limits()[m].Cut
+				}
+			}
+			net := actual - est - c
+			if net < 0 {
+				net = -min(-net, owed[m][key])
+			}
+			owed[m][key] += net
+			byKey[m][key] = append(byKey[m][key], credited{at.UnixMicro(), net})
+		}
 		return nil
 	}
 	evs := s.Events()
@@ -139,8 +199,10 @@ func checkReserveBound(b proptest.Backend, s proptest.Scenario) (string, error) 
 		}
 		if res.Allowed {
 			open[ev.Key] = pending{rv, i}
-			owed[ev.Key] += ev.N
-			byKey[ev.Key] = append(byKey[ev.Key], credited{ev.At.UnixMicro(), ev.N})
+			for m := range ms {
+				owed[m][ev.Key] += ev.N
+				byKey[m][ev.Key] = append(byKey[m][ev.Key], credited{ev.At.UnixMicro(), ev.N})
+			}
 		}
 	}
 	if len(evs) > 0 {
@@ -151,17 +213,29 @@ func checkReserveBound(b proptest.Backend, s proptest.Scenario) (string, error) 
 			}
 		}
 	}
-	return netBound(s, byKey, units), nil
+	for m, sc := range ms {
+		d := units
+		if d < 0 {
+			d = sc.S.Limit()
+		}
+		if msg := netBound(sc, byKey[m], d); msg != "" {
+			if len(ms) > 1 {
+				msg = fmt.Sprintf("member %d (%s): %s", m, sc.Desc, msg)
+			}
+			return msg, nil
+		}
+	}
+	return "", nil
 }
 
 // netBound checks the net units of each key (byKey, in time order) against
-// the strategy's bound with its limit raised by the debt cap d (see
+// the bound of strategy sc with its limit raised by the debt cap d (see
 // TestPropertyReserveBound).
-func netBound(s proptest.Scenario, byKey map[string][]credited, d int64) string {
-	strat := s.Strat.S
+func netBound(sc proptest.StratCase, byKey map[string][]credited, d int64) string {
+	strat := sc.S
 	limit, w := strat.Limit()+d, strat.Window().Microseconds()
 	for key, cs := range byKey {
-		switch s.Strat.Name {
+		switch sc.Name {
 		case "sliding_window_log":
 			if msg := maxNetIn(key, cs, w, limit); msg != "" {
 				return msg
@@ -175,12 +249,11 @@ func netBound(s proptest.Scenario, byKey map[string][]credited, d int64) string 
 				}
 			}
 		case "token_bucket":
-			sc := s.Strat
 			if msg := bucketNetBound(key, cs, sc.Rate, sc.Per.Microseconds(), sc.Burst+d); msg != "" {
 				return msg
 			}
 		default:
-			return fmt.Sprintf("no debt bound for algorithm %q: state it here and in docs/guarantees.md", s.Strat.Name)
+			return fmt.Sprintf("no debt bound for algorithm %q: state it here and in docs/guarantees.md", sc.Name)
 		}
 	}
 	return ""
@@ -203,14 +276,7 @@ func TestPropertyReserveRestores(t *testing.T) {
 	check := func(b proptest.Backend, s proptest.Scenario) (string, error) { return checkReserveRestores(b, s) }
 	proptest.CheckEntries(t, bs, check)
 	proptest.CheckComposites(t, bs, check)
-	t.Run("penalty", func(t *testing.T) {
-		for _, b := range bs {
-			t.Run(b.Name, func(t *testing.T) {
-				g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.PenaltyCase(b, r) }, false)
-				proptest.Check(t, max(1, b.Cases/2), prop.ForAll(func(s proptest.Scenario) (string, error) { return check(b, s) }, g))
-			})
-		}
-	})
+	checkPenalties(t, bs, check)
 }
 
 func checkReserveRestores(b proptest.Backend, s proptest.Scenario) (string, error) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetlimit/fleetlimit"
@@ -345,5 +346,85 @@ func TestSettleOnceConcurrently(t *testing.T) {
 	}
 	if res, err := lim.Peek(ctx, "user", 1); err != nil || res.Remaining != 69 {
 		t.Errorf("Peek = %+v, %v; want 70 left (30 charged once), 69 after the peeked unit", res, err)
+	}
+}
+
+// TestSettleFailureNeverChargesTwice: a settle whose charge reached Redis
+// and was applied, but whose reply was lost — delayed past the limiter's
+// timeout, or its connection reset mid-call (a proxy between the client
+// and miniredis) — is sent once, not retried, returned as an error
+// wrapping ErrStoreUnavailable and observed; the reservation is spent: a
+// second Settle and a Cancel are ErrReservationDone and send nothing, and
+// the key holds the charge exactly once (a fixed window of 10: Reserve(4),
+// Settle(7), then 3 left; twice would leave 0). A settle that failed fast
+// and applied nothing (LOADING) is spent too, the key holding the
+// estimate alone (6 left).
+func TestSettleFailureNeverChargesTwice(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	p := redistest.NewProxy(t, mr.Addr())
+	client := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	st := &countingCharger{Redis: stores.Redis(t, client)}
+	obs := &spy.Observer{}
+	const timeout = 300 * time.Millisecond
+	lim := newReserveLimiter(t, algorithm.FixedWindow(10, time.Hour), st, fakeclock.New(proptest.Epoch),
+		fleetlimit.WithTimeout(timeout), fleetlimit.WithoutBreaker(), fleetlimit.WithObserver(obs))
+	left := func(key string, want int64) {
+		t.Helper()
+		if g, _, err := lim.AllowAtMost(ctx, key, 10); err != nil || g != want {
+			t.Fatalf("AllowAtMost(%q, 10) = %d, %v; want %d left", key, g, err, want)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		fault   func()
+		healed  func()
+		applied bool
+	}{
+		{"timeout", func() { p.SetLatency(3 * timeout) }, func() { p.SetLatency(0) }, true},
+		{"reset", func() {
+			p.SetLatency(3 * timeout)
+			time.AfterFunc(timeout/3, p.ResetAll)
+		}, func() { p.SetLatency(0) }, true},
+		{"loading", func() { mr.SetError("LOADING Redis is loading the dataset in memory") }, func() { mr.SetError("") }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "user-" + tc.name
+			rv, res, err := lim.Reserve(ctx, key, 4)
+			if err != nil || !res.Allowed {
+				t.Fatalf("Reserve(4) = %+v, %v", res, err)
+			}
+			obs.Take()
+			sent := st.charges.Load()
+			tc.fault()
+			_, err = rv.Settle(ctx, 7)
+			tc.healed()
+			if !errors.Is(err, fleetlimit.ErrStoreUnavailable) {
+				t.Fatalf("Settle(7) with the reply lost = %v, want ErrStoreUnavailable", err)
+			}
+			if n := st.charges.Load() - sent; tc.applied && n != 1 {
+				t.Fatalf("the settle sent %d charges, want 1: it may have been applied, a retry could charge twice", n)
+			}
+			if evs := obs.Take(); len(evs) != 1 || !evs[0].Settle || !errors.Is(evs[0].Err, fleetlimit.ErrStoreUnavailable) {
+				t.Fatalf("the observer saw %+v, want the failed settle", evs)
+			}
+			time.Sleep(3 * timeout) // the late reply, if any, is long gone
+			sent = st.charges.Load()
+			if _, err := rv.Settle(ctx, 7); !errors.Is(err, fleetlimit.ErrReservationDone) {
+				t.Fatalf("Settle again = %v, want ErrReservationDone", err)
+			}
+			if err := rv.Cancel(ctx); !errors.Is(err, fleetlimit.ErrReservationDone) {
+				t.Fatalf("Cancel after it = %v, want ErrReservationDone", err)
+			}
+			if n := st.charges.Load() - sent; n != 0 {
+				t.Fatalf("a spent reservation sent %d charges", n)
+			}
+			if tc.applied {
+				left(key, 3)
+			} else {
+				left(key, 6)
+			}
+		})
 	}
 }

@@ -64,6 +64,10 @@ type LimitResult struct {
 	Remaining  int64
 	RetryAfter time.Duration
 	ResetAfter time.Duration
+	// Cut is, for a Reservation's Settle, the units this member's debt cap
+	// (WithMaxDebt) cut off the charge; Event.Cut is the most any member
+	// cut. 0 for every other decision.
+	Cut int64
 }
 
 // resultOf is the Result of s's decision d.
@@ -93,7 +97,7 @@ func limitsOf(s algorithm.Strategy, ds []algorithm.Decision) *[]LimitResult {
 	}
 	limits := make([]LimitResult, len(ds))
 	for i, m := range c.Members() {
-		limits[i] = LimitResult{Name: m.Name(), Limit: m.Limit(), Window: m.Window(), Remaining: ds[i].Remaining, RetryAfter: ds[i].RetryAfter, ResetAfter: ds[i].ResetAfter}
+		limits[i] = LimitResult{Name: m.Name(), Limit: m.Limit(), Window: m.Window(), Remaining: ds[i].Remaining, RetryAfter: ds[i].RetryAfter, ResetAfter: ds[i].ResetAfter, Cut: ds[i].Cut()}
 	}
 	return &limits
 }

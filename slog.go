@@ -11,8 +11,10 @@ import (
 // who decided and whether the breaker was open; denials at Info; admissions
 // at Debug; a caller gone before its decision (DecidedByCaller) at Info.
 // Each record carries name, route (when set), algorithm, key,
-// n, allowed, remaining and latency. Levels the logger does not enable cost
-// one Enabled call and no allocation.
+// n, allowed, remaining and latency; a partial grant (Event.AtMost) also
+// granted, and a settle (Event.Settle) settle true and, when the debt cap
+// cut the charge, cut. Levels the logger does not enable cost one Enabled
+// call and no allocation.
 //
 // Keys are client identifiers (user ids, IP prefixes): mind your retention
 // rules when logging admissions and denials.
@@ -41,7 +43,7 @@ func (o slogObserver) Observe(e Event) {
 	if !o.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 14)
+	attrs := make([]slog.Attr, 0, 16)
 	attrs = append(attrs, slog.String("name", e.Name))
 	if e.Route != "" {
 		attrs = append(attrs, slog.String("route", e.Route))
@@ -54,9 +56,7 @@ func (o slogObserver) Observe(e Event) {
 		slog.Int64("remaining", e.Remaining),
 		slog.Duration("latency", e.Latency),
 	)
-	if e.Shadow {
-		attrs = append(attrs, slog.Bool("shadow", true))
-	}
+	attrs = kindAttrs(attrs, e)
 	if e.Degraded() {
 		attrs = append(attrs,
 			slog.String("error", e.Err.Error()),
@@ -66,6 +66,24 @@ func (o slogObserver) Observe(e Event) {
 		)
 	}
 	o.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// kindAttrs appends to attrs what marks e as a shadow admission, a
+// partial grant or a settle.
+func kindAttrs(attrs []slog.Attr, e Event) []slog.Attr {
+	if e.Shadow {
+		attrs = append(attrs, slog.Bool("shadow", true))
+	}
+	if e.AtMost {
+		attrs = append(attrs, slog.Int64("granted", e.Granted))
+	}
+	if e.Settle {
+		attrs = append(attrs, slog.Bool("settle", true))
+		if e.Cut > 0 {
+			attrs = append(attrs, slog.Int64("cut", e.Cut))
+		}
+	}
+	return attrs
 }
 
 // ObserveConflict logs a registry conflict (see ConflictObserver) at

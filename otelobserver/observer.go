@@ -7,7 +7,7 @@
 //
 //	fleetlimit.decisions           counter {decision}
 //	    fleetlimit.limiter, fleetlimit.result, fleetlimit.decider
-//	fleetlimit.cost                counter {cost}: the cost, AllowN's n
+//	fleetlimit.cost                counter {cost}: the cost, AllowN's n; an AllowAtMost's grant allowed and the rest of n denied (fleetlimit.Event.Cost)
 //	    fleetlimit.limiter, fleetlimit.result, fleetlimit.decider
 //	fleetlimit.shadow_admissions   counter {decision}: denials let through (WithShadow)
 //	    fleetlimit.limiter
@@ -206,7 +206,15 @@ func (o *Observer) Observe(e fleetlimit.Event) {
 	}
 	decision, latency := o.optionsFor(s, r, e.DecidedBy)
 	o.decisions.Add(ctx, 1, decision...)
-	o.cost.Add(ctx, e.N, decision...)
+	admitted, denied := e.Cost()
+	if admitted > 0 {
+		allowed, _ := o.optionsFor(s, 0, e.DecidedBy)
+		o.cost.Add(ctx, admitted, allowed...)
+	}
+	if denied > 0 {
+		refused, _ := o.optionsFor(s, 1, e.DecidedBy)
+		o.cost.Add(ctx, denied, refused...)
+	}
 	if e.Shadow {
 		o.shadow.Add(ctx, 1, s.shadow...)
 	}

@@ -501,3 +501,16 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	})
 }
+
+// A partial grant records its grant as allowed cost and the rest of n as
+// denied (fleetlimit.Event.Cost); a settle records the units it charged
+// past the estimate, and a cancel's units given back are no cost.
+func TestObserverRecordsGrantsAndSettles(t *testing.T) {
+	obs, reader := newObserver(t)
+	observertest.GrantsAndSettles(t, obs)
+
+	c := collect(t, reader)
+	require.Equal(t, float64(4+6+5+3+2), c.points["fleetlimit.cost{fleetlimit.decider=store,fleetlimit.limiter=grants,fleetlimit.result=allowed}"])
+	require.Equal(t, float64(4), c.points["fleetlimit.cost{fleetlimit.decider=store,fleetlimit.limiter=grants,fleetlimit.result=denied}"])
+	require.Equal(t, float64(6), c.points["fleetlimit.decisions{fleetlimit.decider=store,fleetlimit.limiter=grants,fleetlimit.result=allowed}"])
+}

@@ -6,8 +6,8 @@
 //
 //	fleetlimit_decisions_total{limiter, outcome}     counter
 //	    outcome: allowed, denied, degraded-allowed, degraded-denied, caller-gone
-//	fleetlimit_cost_total{limiter, result}           counter: the cost (AllowN's n)
-//	    result: admitted, denied
+//	fleetlimit_cost_total{limiter, result}           counter: the cost (AllowN's n; fleetlimit.Event.Cost)
+//	    result: admitted, denied (an AllowAtMost's grant admitted, the rest of n denied)
 //	fleetlimit_shadow_admissions_total{limiter}      counter: denials let through (WithShadow)
 //	fleetlimit_decision_duration_seconds{limiter}    histogram: 50µs to 100ms
 //	fleetlimit_store_errors_total{limiter, cause}    counter
@@ -177,10 +177,12 @@ func outcome(e fleetlimit.Event) int {
 func (o *Observer) Observe(e fleetlimit.Event) {
 	m := o.metricsOf(e)
 	m.outcomes[outcome(e)].Inc()
-	if e.Allowed {
-		m.admittedCost.Add(float64(e.N))
-	} else {
-		m.deniedCost.Add(float64(e.N))
+	admitted, denied := e.Cost()
+	if admitted > 0 {
+		m.admittedCost.Add(float64(admitted))
+	}
+	if denied > 0 {
+		m.deniedCost.Add(float64(denied))
 	}
 	if e.Shadow {
 		m.shadow.Inc()

@@ -232,3 +232,19 @@ func TestNewRejectsNilRegisterer(t *testing.T) {
 	_, err := promobserver.New(nil)
 	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
 }
+
+// A partial grant counts its grant as admitted cost and the rest of n as
+// denied (fleetlimit.Event.Cost); a settle counts the units it charged
+// past the estimate, and a cancel's units given back are no cost (a
+// negative Add would panic the counter).
+func TestObserverCountsGrantsAndSettles(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	obs, err := promobserver.New(reg)
+	require.NoError(t, err)
+	observertest.GrantsAndSettles(t, obs)
+
+	got, _ := scrape(t, reg)
+	require.Equal(t, float64(4+6+5+3+2), got[`fleetlimit_cost_total{limiter="grants",result="admitted"}`])
+	require.Equal(t, float64(4), got[`fleetlimit_cost_total{limiter="grants",result="denied"}`])
+	require.Equal(t, float64(6), got[`fleetlimit_decisions_total{limiter="grants",outcome="allowed"}`])
+}

@@ -167,3 +167,37 @@ func runPermits(t testing.TB, st, dead store.Store, newWith func(algorithm.Strat
 	check(res.Allowed && errors.Is(err, fleetlimit.ErrStoreUnavailable), "permits-down acquire: %+v, %v", res, err)
 	check(p.Release(bg) == nil, "permits-down: release in the fallback")
 }
+
+// GrantsAndSettles runs, on a limiter named "grants" (a fixed window of 10
+// per hour over a fresh memory store) observed by obs, two partial grants
+// (4 of 4, then 6 of 10), a reservation of 5 cancelled and one of 3
+// settled at 5: 20 units admitted (4 + 6 + 5 + 3 + the settle's 2), 4
+// denied, six events allowed; a cancel's units given back are no cost.
+func GrantsAndSettles(t testing.TB, obs fleetlimit.Observer) {
+	t.Helper()
+	ctx := context.Background()
+	mem := store.NewMemory()
+	t.Cleanup(func() { _ = mem.Close() })
+	lim, err := fleetlimit.New(algorithm.FixedWindow(10, time.Hour), mem, fleetlimit.WithName("grants"), fleetlimit.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][2]int64{{4, 4}, {10, 6}} {
+		if g, _, err := lim.AllowAtMost(ctx, "k", c[0]); err != nil || g != c[1] {
+			t.Fatalf("AllowAtMost(%d) = %d, %v; want %d", c[0], g, err, c[1])
+		}
+	}
+	rv, _, err := lim.Reserve(ctx, "j", 5)
+	if err == nil {
+		err = rv.Cancel(ctx)
+	}
+	if err == nil {
+		rv, _, err = lim.Reserve(ctx, "i", 3)
+	}
+	if err == nil {
+		_, err = rv.Settle(ctx, 5)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
