@@ -206,3 +206,41 @@ func TestDocFiguresMatchTheirRun(t *testing.T) {
 		}
 	}
 }
+
+// generatedTableIs checks that the table following marker in page (its
+// rows, up to the first line that is not one) is table, the markdown a
+// deterministic test generated: row for row, so a changed figure in
+// either fails here. FLEETLIMIT_UPDATE_DOCS=1 rewrites the page's table
+// from table instead.
+func generatedTableIs(t *testing.T, page, marker, table string) {
+	t.Helper()
+	doc := readDoc(t, page)
+	i := strings.Index(doc, marker)
+	if i < 0 {
+		t.Errorf("%s: no %q", page, marker)
+		return
+	}
+	rows, want := tableRows(doc[i+len(marker):]), tableRows(table)
+	if os.Getenv("FLEETLIMIT_UPDATE_DOCS") == "1" && len(rows) > 0 {
+		at := i + len(marker) + strings.Index(doc[i+len(marker):], rows[0])
+		end := at + len(strings.Join(rows, "\n"))
+		if err := os.WriteFile(page, []byte(doc[:at]+strings.Join(want, "\n")+doc[end:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s updated", page)
+		return
+	}
+	for k := range max(len(rows), len(want)) {
+		if r, w := nth(rows, k), nth(want, k); r != w {
+			t.Errorf("%s, row %d of the table after %q:\n the page: %s\n the run:  %s", page, k+1, marker, r, w)
+		}
+	}
+}
+
+// nth is s[i], or the zero value past the end of s.
+func nth[T any](s []T, i int) (v T) {
+	if i < len(s) {
+		v = s[i]
+	}
+	return v
+}
