@@ -127,6 +127,8 @@ func checkFigure(t *testing.T, c figureClaim, same func(quoted, source []string)
 var copiedRows = []struct{ doc, marker, src, heading string }{
 	{"docs/operations.md", `<!-- rows from docs/performance.md, "What Redis CPU a request rate needs" -->`,
 		"docs/performance.md", "## What Redis CPU a request rate needs"},
+	{"docs/service.md", `<!-- rows from bench/RESULTS.md, "## fleetlimitd (issue 30)" -->`,
+		"bench/RESULTS.md", "## fleetlimitd (issue 30)"},
 }
 
 func readDoc(t *testing.T, path string) string {
@@ -170,7 +172,7 @@ func TestDocFiguresMatchTheirRun(t *testing.T) {
 		t.Errorf("docs/performance.md is not from the run of %s that bench/RESULTS.md holds", date[1])
 	}
 
-	for _, doc := range []string{"README.md", "docs/choosing.md", "docs/http.md", "docs/leases.md", "docs/operations.md"} {
+	for _, doc := range []string{"README.md", "docs/choosing.md", "docs/http.md", "docs/leases.md", "docs/operations.md", "docs/service.md"} {
 		cites := benchRunCite.FindAllStringSubmatch(readDoc(t, doc), -1)
 		if len(cites) == 0 {
 			t.Errorf("%s cites no bench run by date and commit", doc)
