@@ -37,7 +37,7 @@ import (
 // subtest also asserts that the cache answered some requests, so that the
 // property is not vacuous.
 func TestPropertyDenialCacheExact(t *testing.T) {
-	bs := resetPeekBackends(t)
+	bs := resetPeekBackends(t, proptest.Backends)
 	run := func(t *testing.T, newStrat func(proptest.Backend, *rand.Rand) proptest.StratCase, tiers bool, cases func(proptest.Backend) int) {
 		for _, b := range bs {
 			t.Run(b.Name, func(t *testing.T) {

@@ -127,6 +127,8 @@ func checkFigure(t *testing.T, c figureClaim, same func(quoted, source []string)
 var copiedRows = []struct{ doc, marker, src, heading string }{
 	{"docs/operations.md", `<!-- rows from docs/performance.md, "What Redis CPU a request rate needs" -->`,
 		"docs/performance.md", "## What Redis CPU a request rate needs"},
+	{"docs/service.md", `<!-- rows from bench/RESULTS.md, "## fleetlimitd (issue 30)" -->`,
+		"bench/RESULTS.md", "## fleetlimitd (issue 30)"},
 }
 
 func readDoc(t *testing.T, path string) string {
@@ -170,7 +172,7 @@ func TestDocFiguresMatchTheirRun(t *testing.T) {
 		t.Errorf("docs/performance.md is not from the run of %s that bench/RESULTS.md holds", date[1])
 	}
 
-	for _, doc := range []string{"README.md", "docs/choosing.md", "docs/http.md", "docs/leases.md", "docs/operations.md"} {
+	for _, doc := range []string{"README.md", "docs/choosing.md", "docs/http.md", "docs/leases.md", "docs/operations.md", "docs/service.md"} {
 		cites := benchRunCite.FindAllStringSubmatch(readDoc(t, doc), -1)
 		if len(cites) == 0 {
 			t.Errorf("%s cites no bench run by date and commit", doc)
@@ -205,4 +207,42 @@ func TestDocFiguresMatchTheirRun(t *testing.T) {
 			}
 		}
 	}
+}
+
+// generatedTableIs checks that the table following marker in page (its
+// rows, up to the first line that is not one) is table, the markdown a
+// deterministic test generated: row for row, so a changed figure in
+// either fails here. FLEETLIMIT_UPDATE_DOCS=1 rewrites the page's table
+// from table instead.
+func generatedTableIs(t *testing.T, page, marker, table string) {
+	t.Helper()
+	doc := readDoc(t, page)
+	i := strings.Index(doc, marker)
+	if i < 0 {
+		t.Errorf("%s: no %q", page, marker)
+		return
+	}
+	rows, want := tableRows(doc[i+len(marker):]), tableRows(table)
+	if os.Getenv("FLEETLIMIT_UPDATE_DOCS") == "1" && len(rows) > 0 {
+		at := i + len(marker) + strings.Index(doc[i+len(marker):], rows[0])
+		end := at + len(strings.Join(rows, "\n"))
+		if err := os.WriteFile(page, []byte(doc[:at]+strings.Join(want, "\n")+doc[end:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s updated", page)
+		return
+	}
+	for k := range max(len(rows), len(want)) {
+		if r, w := nth(rows, k), nth(want, k); r != w {
+			t.Errorf("%s, row %d of the table after %q:\n the page: %s\n the run:  %s", page, k+1, marker, r, w)
+		}
+	}
+}
+
+// nth is s[i], or the zero value past the end of s.
+func nth[T any](s []T, i int) (v T) {
+	if i < len(s) {
+		v = s[i]
+	}
+	return v
 }

@@ -164,13 +164,7 @@ func TestCompareTableMatchesItsRun(t *testing.T) {
 	}
 	want, got := maskNoisy(block), maskNoisy(b.String())
 	for i := range max(len(want), len(got)) {
-		var w, g blockLine
-		if i < len(want) {
-			w = want[i]
-		}
-		if i < len(got) {
-			g = got[i]
-		}
+		w, g := nth(want, i), nth(got, i)
 		if !sameLine(w, g) {
 			t.Errorf("%s, line %d of the generated block:\n the page: %s\n the run:  %s", page, i+2, w.text, g.text)
 		}

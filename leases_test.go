@@ -27,7 +27,7 @@ import (
 
 // leaseBackends: memory, miniredis and, under ./test.sh, the real server
 // and the real Cluster.
-func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t) }
+func leaseBackends(t *testing.T) []proptest.Backend { return resetPeekBackends(t, proptest.Backends) }
 
 // TestPropertyLeaseBound: K = 1..16 instances, each a limiter with leases
 // of a random size (1 to 64) and max age, share one store (memory,

@@ -42,9 +42,10 @@ func (c *conflicts) count() int {
 
 // registryBackends are the stores the registry runs on: memory (one
 // process), miniredis and, under ./test.sh, the real redis-server,
-// valkey-server and both Clusters.
+// valkey-server and both Clusters, their keys expiring in real time as
+// the registry's scripts set them (the registry runs on real time).
 func registryBackends(t *testing.T) []proptest.Backend {
-	return proptest.Backends(t, append([]string{"memory", "miniredis"}, proptest.RealNames(t)...)...)
+	return proptest.ExpiringBackends(t, append([]string{"memory", "miniredis"}, proptest.RealNames(t)...)...)
 }
 
 // process is the store another process of the fleet would use over b:

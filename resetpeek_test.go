@@ -21,11 +21,12 @@ import (
 
 // resetPeekBackends are the stores the key operations' properties run on: memory,
 // miniredis and, under ./test.sh, the real servers and 3-master clusters of
-// Redis and Valkey (proptest.RealNames).
-func resetPeekBackends(t *testing.T) []proptest.Backend {
+// Redis and Valkey (proptest.RealNames), from backends (proptest.Backends,
+// or proptest.ExpiringBackends for a test that reads TTLs).
+func resetPeekBackends(t *testing.T, backends func(*testing.T, ...string) []proptest.Backend) []proptest.Backend {
 	names := []string{"memory", "miniredis"}
 	names = append(names, proptest.RealNames(t)...)
-	return proptest.Backends(t, names...)
+	return backends(t, names...)
 }
 
 // TestPropertyReset: on every store and for every registered algorithm, a
@@ -35,7 +36,7 @@ func resetPeekBackends(t *testing.T) []proptest.Backend {
 // requests), and every other key's equal those of the same timeline without
 // the reset.
 func TestPropertyReset(t *testing.T) {
-	bs := resetPeekBackends(t)
+	bs := resetPeekBackends(t, proptest.Backends)
 	check := func(b proptest.Backend, s proptest.Scenario) (string, error) { return checkReset(b.Store, s) }
 	proptest.CheckEntries(t, bs, check)
 	proptest.CheckComposites(t, bs, check)
@@ -222,7 +223,7 @@ func TestResetFallback(t *testing.T) {
 // the peek (the TTL only runs down); and the decisions equal those of the
 // same timeline decided without peeks.
 func TestPropertyPeek(t *testing.T) {
-	bs := resetPeekBackends(t)
+	bs := resetPeekBackends(t, proptest.ExpiringBackends)
 	proptest.CheckEntries(t, bs, checkPeek)
 	proptest.CheckComposites(t, bs, checkPeek)
 }

@@ -115,7 +115,7 @@ func TestShadowFailClosed(t *testing.T) {
 // denial is a shadow admission with the denial's fields; and on Redis, each
 // key's recorded state (value and TTL) is the same in both at the end.
 func TestPropertyShadow(t *testing.T) {
-	proptest.CheckEntries(t, resetPeekBackends(t), func(b proptest.Backend, s proptest.Scenario) (string, error) {
+	proptest.CheckEntries(t, resetPeekBackends(t, proptest.ExpiringBackends), func(b proptest.Backend, s proptest.Scenario) (string, error) {
 		return checkShadow(b, s)
 	})
 }

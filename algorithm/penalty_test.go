@@ -19,11 +19,13 @@ import (
 )
 
 // penaltyBackends: memory, miniredis and, under ./test.sh, the real servers
-// and clusters of Redis and Valkey (proptest.RealNames).
-func penaltyBackends(t *testing.T) []proptest.Backend {
+// and clusters of Redis and Valkey (proptest.RealNames), from backends
+// (proptest.Backends, or proptest.ExpiringBackends for a test that reads
+// TTLs).
+func penaltyBackends(t *testing.T, backends func(*testing.T, ...string) []proptest.Backend) []proptest.Backend {
 	names := []string{"memory", "miniredis"}
 	names = append(names, proptest.RealNames(t)...)
-	return proptest.Backends(t, names...)
+	return backends(t, names...)
 }
 
 // TestPropertyPenaltyTwinAgreement: a penalty box's Go rule (store.Memory)
@@ -41,7 +43,7 @@ func penaltyBackends(t *testing.T) []proptest.Backend {
 func TestPropertyPenaltyTwinAgreement(t *testing.T) {
 	mem := proptest.Memory(t)
 	var leases, ahead, deniedAhead int
-	for _, b := range penaltyBackends(t)[1:] {
+	for _, b := range penaltyBackends(t, proptest.Backends)[1:] {
 		t.Run(b.Name, func(t *testing.T) {
 			g := proptest.WithRefunds(proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.PenaltyCase(b, r) }, true))
 			proptest.Check(t, b.Cases, prop.ForAll(func(s proptest.Scenario) (string, error) {
@@ -149,7 +151,7 @@ type penaltyModel struct {
 // strike up to MaxBan, strikes forgotten MaxBan after a ban ends. On Redis
 // the ban key always has a TTL, never longer than what it must remember.
 func TestPropertyPenaltyTimeline(t *testing.T) {
-	for _, b := range penaltyBackends(t) {
+	for _, b := range penaltyBackends(t, proptest.ExpiringBackends) {
 		t.Run(b.Name, func(t *testing.T) {
 			model := proptest.Memory(t)
 			g := proptest.ScenarioGen(b, func(r *rand.Rand) proptest.StratCase { return proptest.PenaltyCase(b, r) }, false)

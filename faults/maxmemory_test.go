@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -270,7 +271,7 @@ func TestMaxmemorySlidingLogStopsAtTheCap(t *testing.T) {
 // full limit of extra admissions for a spent user, 5 for a half user
 // ("midway" counts keys evicted between their own requests).
 func TestMaxmemoryTradeoff(t *testing.T) {
-	const limit, users = 10, 100
+	const limit, users = tradeoffLimit, tradeoffUsers
 	for _, mp := range []string{"noeviction", "allkeys-lru"} {
 		t.Run(mp, func(t *testing.T) {
 			srv := redistest.StartServer(t, "--maxmemory-policy", mp)
@@ -388,5 +389,40 @@ func TestMaxmemoryTradeoff(t *testing.T) {
 				require.Equal(t, held, footprintOf(t, admin, "test:*"), "the limiter's keys do not grow while full")
 			}
 		})
+	}
+}
+
+// TestMaxmemoryTradeoff's limit per hour and users per group and
+// algorithm.
+const tradeoffLimit, tradeoffUsers = 10, 100
+
+// TestMaxmemorySectionDescribesItsTest: docs/reliability.md's "When Redis
+// is full" describes TestMaxmemoryTradeoff as it is today: as many
+// algorithms as algorithm.Registry holds, its limit and users, the
+// noeviction rows the test asserts (computed here from its constants),
+// and the count of limiter keys out of all it writes. Its allkeys-lru
+// ranges vary from run to run and are not checked.
+func TestMaxmemorySectionDescribesItsTest(t *testing.T) {
+	doc, err := os.ReadFile("../docs/reliability.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(doc), "## When Redis is full")
+	require.True(t, ok, "docs/reliability.md: no section \"When Redis is full\"")
+	section, _, _ = strings.Cut(section, "\n## ")
+	flat := strings.Join(strings.Fields(section), " ")
+	algos := len(algorithm.Registry())
+	word := map[int]string{2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}[algos]
+	half, spent := tradeoffUsers*tradeoffLimit, tradeoffUsers*tradeoffLimit
+	for _, want := range []string{
+		fmt.Sprintf("Per algorithm (the %s of `algorithm.Registry`), limit %d per hour: %d users who had spent %d (\"half\") and %d who had spent all %d (\"spent\")",
+			word, tradeoffLimit, tradeoffUsers, tradeoffLimit/2, tradeoffUsers, tradeoffLimit),
+		fmt.Sprintf("| `noeviction`, half | 0 of %d | %s / 0 / %s (`OOM`, decided by the policy) | %s (fail-open) |",
+			tradeoffUsers, thousands(half), thousands(half), thousands(half/2)),
+		fmt.Sprintf("| `noeviction`, spent | 0 of %d | 0 / %s / 0 | 0 |", tradeoffUsers, thousands(spent)),
+		fmt.Sprintf("The %s algorithms were identical under `noeviction`", word),
+		fmt.Sprintf(" of %d limiter keys evicted in all", 2*tradeoffUsers*algos),
+	} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("docs/reliability.md's \"When Redis is full\" does not say %q", want)
+		}
 	}
 }

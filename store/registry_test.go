@@ -15,9 +15,10 @@ import (
 )
 
 // registryBackends are memory, miniredis and, under ./test.sh, the real
-// redis-server, valkey-server and both Clusters.
+// redis-server, valkey-server and both Clusters, their keys expiring in
+// real time (TestRegistry reads the hash's PTTL).
 func registryBackends(t *testing.T) []proptest.Backend {
-	return proptest.Backends(t, append([]string{"memory", "miniredis"}, proptest.RealNames(t)...)...)
+	return proptest.ExpiringBackends(t, append([]string{"memory", "miniredis"}, proptest.RealNames(t)...)...)
 }
 
 // TestRegistry: on every store, on fixed instants, an instance's entry

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,7 +28,10 @@ import (
 // charging every reservation in full would refuse her after 4 (4 × 20,008
 // fit in 100,000, 5 do not). The tokens left
 // (X-RateLimit-Remaining after the settle, in the trailer) are exactly
-// 100,000 minus the usage the answers reported.
+// 100,000 minus the usage the answers reported. The run is deterministic
+// (the fake model's seed 1, a clock that stands still), and docs/costs.md
+// quotes it: costsQuoteThisRun fails when the page's figures are not this
+// run's.
 func TestGatewayChargesWhatWasUsed(t *testing.T) {
 	_, c := redistest.Mini(t)
 	clock := func() time.Time { return proptest.Epoch }
@@ -69,6 +74,7 @@ func TestGatewayChargesWhatWasUsed(t *testing.T) {
 		require.Less(t, admitted, 100, "the budget runs out")
 	}
 	t.Logf("admitted %d completions using %d tokens before a reservation of %d no longer fit", admitted, used, reserve)
+	costsQuoteThisRun(t, reserve, admitted, used)
 	require.Greater(t, admitted, int(TokensPerMinute/reserve), "settling the usage admits more than charging every reservation would")
 	// Bob has his own budget.
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(body))
@@ -78,4 +84,29 @@ func TestGatewayChargesWhatWasUsed(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// costsQuote is docs/costs.md's account of TestGatewayChargesWhatWasUsed:
+// the reservation, the completions admitted, the tokens they used, the
+// one refused, the tokens left, and when charging every reservation in
+// full would have refused.
+var costsQuote = regexp.MustCompile(`(?s)request reserving ([\d,]+) tokens and using 1 to 20,000 at random, seed\s+1\), alice is admitted (\d+) completions using ([\d,]+) tokens and refused the\s+(\d+)th with ([\d,]+) tokens left, fewer than one reservation\. Charging every\s+reservation in full instead would have refused her after (\d+)\.`)
+
+// costsQuoteThisRun checks that docs/costs.md quotes this run of
+// TestGatewayChargesWhatWasUsed: reserve tokens a request, admitted
+// completions using used tokens.
+func costsQuoteThisRun(t *testing.T, reserve int64, admitted int, used int64) {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/costs.md")
+	require.NoError(t, err)
+	got := costsQuote.FindAllStringSubmatch(string(doc), -1)
+	require.Len(t, got, 1, "docs/costs.md quotes this test once (%s)", costsQuote)
+	var quoted []int64
+	for _, f := range got[0][1:] {
+		n, err := strconv.ParseInt(strings.ReplaceAll(f, ",", ""), 10, 64)
+		require.NoError(t, err)
+		quoted = append(quoted, n)
+	}
+	want := []int64{reserve, int64(admitted), used, int64(admitted) + 1, TokensPerMinute - used, TokensPerMinute / reserve}
+	require.Equal(t, want, quoted, "docs/costs.md's figures (reservation, admitted, used, refused, left, in full) against this run's")
 }

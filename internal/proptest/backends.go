@@ -19,6 +19,13 @@ type Backend struct {
 	// the timelines run on a virtual clock: its timelines are in whole
 	// seconds (plus under 10ms of jitter) and its windows are minutes, so
 	// that every key's TTL stays near or above a second (see Grain).
+	//
+	// From Backends, a real server's client keeps every key a script
+	// touches from expiring in real time (redistest.PersistScriptKeys): a
+	// key whose TTL the virtual clock has not run out is still there when
+	// the next request comes, however long the case took in real time.
+	// ExpiringBackends' keys expire as the scripts set them, for tests
+	// that read TTLs.
 	Real  bool
 	Store store.Store
 	// Client is the Redis client under Store; nil for memory.
@@ -48,6 +55,21 @@ const (
 // (redistest.HaveReal, HaveValkey) — and, only when named, "cluster" and
 // "valkey-cluster" (the real 3-master clusters; see RealNames).
 func Backends(t *testing.T, names ...string) []Backend {
+	t.Helper()
+	return backends(t, true, names)
+}
+
+// ExpiringBackends returns the stores Backends does, but on the real
+// servers the keys expire in real time as the scripts set them (PEXPIRE,
+// SET PX): for tests that read a key's TTL (PTTL), with timelines whose
+// TTLs outlast the real time a case takes.
+func ExpiringBackends(t *testing.T, names ...string) []Backend {
+	t.Helper()
+	return backends(t, false, names)
+}
+
+// backends is Backends with persist, ExpiringBackends without.
+func backends(t *testing.T, persist bool, names []string) []Backend {
 	t.Helper()
 	if len(names) == 0 {
 		names = []string{"memory", "miniredis"}
@@ -80,6 +102,9 @@ func Backends(t *testing.T, names ...string) []Backend {
 			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: valkeyClusterCases})
 		default:
 			t.Fatalf("unknown backend %q", name)
+		}
+		if b := bs[len(bs)-1]; b.Real && persist {
+			redistest.PersistScriptKeys(b.Client)
 		}
 	}
 	return bs
