@@ -145,6 +145,22 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	return m.apply(&req, decideMode, nil)
 }
 
+// DecideTo is Decide with its request and decision passed by pointer: it
+// reads *req (and does not keep it) and leaves the decision in *d. It is
+// for a caller on the hot path that holds both in place, as the Limiter
+// does: passed by value, the freshly written Request is copied for the
+// call and the Decision back, and those copies cost about as much as the
+// Limiter's own work (BenchmarkOverhead).
+func (m *Memory) DecideTo(_ context.Context, req *Request, d *algorithm.Decision) error {
+	if m.closed.Load() {
+		*d = algorithm.Decision{}
+		return ErrClosed
+	}
+	var err error
+	*d, err = m.apply(req, decideMode, nil)
+	return err
+}
+
 // Peek runs req.Strategy's Go rule, under the key's shard lock, on a copy
 // of the key's state (algorithm.Cloner), or on a fresh state for a key it
 // does not hold, and drops the copy: the decision Decide would make now,
