@@ -83,6 +83,9 @@ type mode struct {
 	// the store cannot (Peek and Refund then refuse with
 	// errors.ErrUnsupported).
 	op store.Store
+	// mem is op when it is a *store.Memory (AllowN's, over one), which the
+	// remote stage calls by pointer (store.Memory.DecideTo); nil otherwise.
+	mem *store.Memory
 	// fallback decides while the store cannot (FailLocal); nil: the
 	// policy does.
 	fallback *fallback
@@ -199,6 +202,7 @@ func (l *Limiter) buildModes() {
 	}
 	for _, m := range []*mode{&l.allow, &l.peek, &l.refund} {
 		m.local = m.leases != nil || m.looks != nil || m.denials != nil
+		m.mem, _ = m.op.(*store.Memory)
 	}
 }
 
@@ -515,6 +519,8 @@ func (l *Limiter) remote(ctx context.Context, c *call) error {
 		c.d, err = c.m.op.Decide(ctx, c.req) // a key's first: exact, no lease
 	case c.m.leases != nil:
 		c.d, served, err = c.m.leases.Take(ctx, c.req.Key, c.req.Strategy, c.req.N, c.req.Now, c.sent, &c.lease, l.leaseTrip(c.req))
+	case c.m.mem != nil:
+		err = c.m.mem.DecideTo(ctx, &c.req, &c.d)
 	default:
 		c.d, err = c.m.op.Decide(ctx, c.req)
 	}

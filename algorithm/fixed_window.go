@@ -82,14 +82,11 @@ func (s *fixedWindow) Decide(state State, now time.Time, n int64) (Decision, err
 		return Decision{}, err
 	}
 	end, count := (idx+1)*s.window, st.countIn(idx)
-	d := Decision{Limit: s.limit}
 	if n <= s.limit && count+n <= s.limit {
 		st.index, st.count, st.end = idx, count+n, end
-		d.Allowed = true
-		d.Remaining = s.limit - count - n
-		d.ResetAfter = duration(end - t)
-		return d, nil
+		return Decision{Allowed: true, Limit: s.limit, Remaining: s.limit - count - n, ResetAfter: duration(end - t)}, nil
 	}
+	d := Decision{Limit: s.limit}
 	var reset int64
 	if count > 0 {
 		reset = end - t

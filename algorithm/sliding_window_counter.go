@@ -136,14 +136,11 @@ func (s *slidingWindowCounter) Decide(state State, now time.Time, n int64) (Deci
 	weighted := s.weighted(prev, x)
 	room := s.limit - cur // negative when a larger limit shares the key
 
-	d := Decision{Limit: s.limit}
 	if n <= s.limit && room >= 0 && n <= room-weighted {
 		st.index, st.prev, st.cur, st.full = idx, prev, cur+n, (idx+2)*w
-		d.Allowed = true
-		d.Remaining = room - weighted - n
-		d.ResetAfter = duration(2*w - e)
-		return d, nil
+		return Decision{Allowed: true, Limit: s.limit, Remaining: room - weighted - n, ResetAfter: duration(2*w - e)}, nil
 	}
+	d := Decision{Limit: s.limit}
 	reset := resetAfter(w, e, prev, cur)
 	d.Remaining = max(0, room-weighted)
 	d.ResetAfter = duration(reset)

@@ -104,16 +104,13 @@ func (s *tokenBucket) Decide(state State, now time.Time, n int64) (Decision, err
 	}
 	t := now.UnixMicro()
 	debt := s.debt(st, t)
-	d := Decision{Limit: s.burst}
 	if n <= s.burst && debt+n*s.p <= s.capacity {
 		debt += n * s.p
 		wait := ceilDiv(debt, s.r) // µs until full again
 		st.tat, st.e, st.r = t+wait, wait*s.r-debt, s.r
-		d.Allowed = true
-		d.Remaining = (s.capacity - debt) / s.p
-		d.ResetAfter = duration(wait)
-		return d, nil
+		return Decision{Allowed: true, Limit: s.burst, Remaining: (s.capacity - debt) / s.p, ResetAfter: duration(wait)}, nil
 	}
+	d := Decision{Limit: s.burst}
 	reset := ceilDiv(debt, s.r)
 	d.Remaining = (s.capacity - debt) / s.p
 	d.ResetAfter = duration(reset)

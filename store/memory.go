@@ -142,7 +142,23 @@ func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, err
 	if m.closed.Load() {
 		return algorithm.Decision{}, ErrClosed
 	}
-	return m.apply(&req, decideMode, nil)
+	var d algorithm.Decision
+	err := m.apply(&req, decideMode, nil, &d)
+	return d, err
+}
+
+// DecideTo is Decide with its request and decision passed by pointer: it
+// reads *req (and does not keep it) and leaves the decision in *d. It is
+// for a caller on the hot path that holds both in place, as the Limiter
+// does: passed by value, the freshly written Request is copied for the
+// call and the Decision back, and those copies cost about as much as the
+// Limiter's own work (BenchmarkOverhead).
+func (m *Memory) DecideTo(_ context.Context, req *Request, d *algorithm.Decision) error {
+	if m.closed.Load() {
+		*d = algorithm.Decision{}
+		return ErrClosed
+	}
+	return m.apply(req, decideMode, nil, d)
 }
 
 // Peek runs req.Strategy's Go rule, under the key's shard lock, on a copy
@@ -154,7 +170,9 @@ func (m *Memory) Peek(_ context.Context, req Request) (algorithm.Decision, error
 	if m.closed.Load() {
 		return algorithm.Decision{}, ErrClosed
 	}
-	return m.apply(&req, peekMode, nil)
+	var d algorithm.Decision
+	err := m.apply(&req, peekMode, nil, &d)
+	return d, err
 }
 
 // Refund runs req.Strategy's refund rule (algorithm.Refunder) on req.Key's
@@ -168,7 +186,9 @@ func (m *Memory) Refund(_ context.Context, req Request) (algorithm.Decision, err
 	if !ok {
 		return algorithm.Decision{}, notRefundable(req.Strategy)
 	}
-	return m.apply(&req, refundMode, r.Refund)
+	var d algorithm.Decision
+	err := m.apply(&req, refundMode, r.Refund, &d)
+	return d, err
 }
 
 // mode is what a script run, or its Go rule, is asked to do: decide, peek
@@ -191,13 +211,17 @@ type rule = func(algorithm.State, time.Time, int64) (algorithm.Decision, error)
 // run applies rule, for mode, to req.Key's state (a copy of it for a peek)
 // under its shard lock, at req.Now or the store's clock (see apply).
 func (m *Memory) run(req Request, mode mode, rule rule) (algorithm.Decision, error) {
-	return m.apply(&req, mode, rule)
+	var d algorithm.Decision
+	err := m.apply(&req, mode, rule, &d)
+	return d, err
 }
 
-// apply is run; a nil rule is req.Strategy's Decide, called directly (the
-// path of every Decide and Peek). It takes req by pointer and does not
-// keep it: a Request is too large to copy at each call on the hot path.
-func (m *Memory) apply(req *Request, mode mode, rule rule) (algorithm.Decision, error) {
+// apply is run, leaving the decision in *d; a nil rule is req.Strategy's
+// Decide, called directly (the path of every Decide and Peek). It takes
+// req and d by pointer and keeps neither: a Request is too large to copy
+// at each call on the hot path, and each copy of a Decision returned by
+// value waits on the stores that wrote it (BenchmarkOverhead).
+func (m *Memory) apply(req *Request, mode mode, rule rule, d *algorithm.Decision) error {
 	peek := mode == peekMode
 	now := req.Now
 	if !peek && !now.IsZero() && !m.callerTime.Load() {
@@ -235,23 +259,23 @@ func (m *Memory) apply(req *Request, mode mode, rule rule) (algorithm.Decision, 
 		c, ok := e.state.(algorithm.Cloner)
 		if !ok {
 			sh.mu.Unlock()
-			return algorithm.Decision{}, fmt.Errorf("store: %s state %T cannot be copied for a peek: %w: %w",
+			*d = algorithm.Decision{}
+			return fmt.Errorf("store: %s state %T cannot be copied for a peek: %w: %w",
 				req.Strategy.Name(), e.state, ErrRejected, errors.ErrUnsupported)
 		}
 		st = c.Clone()
 	}
-	var d algorithm.Decision
 	var err error
 	if rule == nil {
-		d, err = req.Strategy.Decide(st, now, req.N)
+		*d, err = req.Strategy.Decide(st, now, req.N)
 	} else {
-		d, err = rule(st, now, req.N)
+		*d, err = rule(st, now, req.N)
 	}
 	if peek {
 		sh.mu.Unlock()
-		return d, err
+		return err
 	}
-	if err == nil && e == nil && records(mode, d, st, us) {
+	if err == nil && e == nil && records(mode, d.Allowed, st, us) {
 		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}
 		sh.n++
 	}
@@ -259,19 +283,20 @@ func (m *Memory) apply(req *Request, mode mode, rule rule) (algorithm.Decision, 
 		sh.latest = us
 	}
 	sh.mu.Unlock()
-	return d, err
+	return err
 }
 
 // records reports whether the state st of a key the store did not hold
-// is to be kept after rule's decision d in mode at now (µs). A denied
+// is to be kept after rule's decision in mode (allowed: it admitted) at
+// now (µs). A denied
 // request on a fresh key records nothing, unless the strategy keeps
 // something of it (a penalty box counts denials); nor does a refund to a
 // fresh key; a permit operation keeps the state only while it holds a
 // permit.
-func records(mode mode, d algorithm.Decision, st algorithm.State, now int64) bool {
+func records(mode mode, allowed bool, st algorithm.State, now int64) bool {
 	switch mode {
 	case decideMode, leaseMode, atMostMode:
-		return d.Allowed || st.FullAt() > now
+		return allowed || st.FullAt() > now
 	case holdMode, chargeMode:
 		return st.FullAt() > now
 	}

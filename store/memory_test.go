@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"runtime"
 	"strconv"
 	"testing"
@@ -153,4 +154,40 @@ func TestMemoryFarFutureReadingDropsNoOtherKey(t *testing.T) {
 		require.Zero(t, d.Remaining, e.Name)
 		require.NoError(t, m.Close())
 	}
+}
+
+// DecideTo is Decide: over two stores, the same calls (admissions, denials,
+// keys fresh and held, the store's clock and the caller's) get the same
+// decisions, and recorded state; on a closed store it is ErrClosed with a
+// zero decision.
+func TestMemoryDecideToIsDecide(t *testing.T) {
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
+	byValue := store.NewMemory(store.WithMemoryClock(clock.Now))
+	byPointer := store.NewMemory(store.WithMemoryClock(clock.Now))
+	defer byValue.Close()
+	for _, s := range []algorithm.Strategy{
+		algorithm.TokenBucket(3, time.Second, 3),
+		algorithm.FixedWindow(3, time.Second),
+		algorithm.SlidingWindowCounter(3, time.Second),
+		algorithm.SlidingWindowLog(3, time.Second),
+	} {
+		for i := range 12 {
+			req := store.Request{Strategy: s, Prefix: "p:", Key: "k" + strconv.Itoa(i%2), N: int64(1 + i%3)}
+			if i%4 == 3 {
+				req.Now = clock.Now().Add(time.Duration(i) * time.Millisecond)
+			}
+			want, wantErr := byValue.Decide(context.Background(), req)
+			var got algorithm.Decision
+			err := byPointer.DecideTo(context.Background(), &req, &got)
+			require.Equal(t, wantErr, err, "%s call %d", s.Name(), i)
+			require.Equal(t, want, got, "%s call %d", s.Name(), i)
+			clock.Advance(100 * time.Millisecond)
+		}
+	}
+	require.Equal(t, byValue.Len(), byPointer.Len())
+	require.NoError(t, byPointer.Close())
+	got := algorithm.Decision{Allowed: true, Limit: 1}
+	req := store.Request{Strategy: algorithm.FixedWindow(3, time.Second), Key: "k", N: 1}
+	require.ErrorIs(t, byPointer.DecideTo(context.Background(), &req, &got), store.ErrClosed)
+	require.Equal(t, algorithm.Decision{}, got)
 }

@@ -192,17 +192,8 @@ func isTimeout(err error) bool {
 // first queued caller and bounded by the latest deadline in it would fail
 // both.
 func TestPipelineCallersKeepTheirOwnDeadlines(t *testing.T) {
-	srv := redistest.StartServer(t, "--enable-debug-command", "yes")
-	c := srv.Client()
-	r := newRedis(t, c, WithMaxInFlight(1))
+	r, slept := asleep(t, "1.5")
 	s := algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)
-	slept := make(chan error, 1)
-	go func() { slept <- srv.Client().Do(context.Background(), "DEBUG", "SLEEP", "1.5").Err() }()
-	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		defer cancel()
-		return c.Ping(ctx).Err() != nil
-	}, 5*time.Second, 5*time.Millisecond)
 
 	type result struct {
 		took time.Duration
@@ -217,13 +208,7 @@ func TestPipelineCallersKeepTheirOwnDeadlines(t *testing.T) {
 		}()
 		return out
 	}
-	queued := func(n int) func() bool {
-		return func() bool {
-			r.combine.mu.Lock()
-			defer r.combine.mu.Unlock()
-			return r.combine.inFlight == 1 && len(r.combine.pending) == n
-		}
-	}
+	queued := func(n int) func() bool { return func() bool { return queuedBehindOne(r, n) } }
 	holder := decide("holder", 100*time.Millisecond)
 	require.Eventually(t, queued(0), time.Second, time.Millisecond)
 	short := decide("short", 400*time.Millisecond)
@@ -247,4 +232,61 @@ func newRedis(t *testing.T, c redis.UniversalClient, opts ...RedisOption) *Redis
 	r, err := NewRedis(c, opts...)
 	require.NoError(t, err)
 	return r
+}
+
+// A batch's round trip ends at the latest deadline of its callers, not when
+// a stalled server answers: Redis sleeps 2s; the slot's holder (100ms) and
+// the batch it hands over, "a" (200ms) and "b" (300ms), all time out, and
+// the combiner is idle again well before the server wakes. A batch sent
+// without its deadline would hold the slot until then.
+func TestPipelineBatchEndsAtItsLatestDeadline(t *testing.T) {
+	r, slept := asleep(t, "2")
+	s := algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)
+	start := time.Now()
+	errs := make(chan error, 3)
+	decide := func(key string, timeout time.Duration) {
+		go func() {
+			_, err := r.Decide(context.Background(), Request{Strategy: s, Prefix: "p:", Key: key, N: 1, Timeout: timeout})
+			errs <- err
+		}()
+	}
+	queued := func(n int) func() bool { return func() bool { return queuedBehindOne(r, n) } }
+	decide("holder", 100*time.Millisecond)
+	require.Eventually(t, queued(0), time.Second, time.Millisecond)
+	decide("a", 200*time.Millisecond)
+	decide("b", 300*time.Millisecond)
+	require.Eventually(t, queued(2), time.Second, time.Millisecond)
+	for range 3 {
+		require.Error(t, <-errs)
+	}
+	require.Eventually(t, r.combine.idle, 5*time.Second, time.Millisecond)
+	require.Less(t, time.Since(start), 1500*time.Millisecond, "the batch gave up at its 300ms deadline, not when the 2s sleep ended")
+	require.NoError(t, <-slept)
+}
+
+// asleep returns a store with one round trip in flight at most, over a
+// throwaway redis-server that sleeps (DEBUG SLEEP) for seconds from now;
+// slept receives the sleep's outcome once it ends.
+func asleep(t *testing.T, seconds string) (r *Redis, slept chan error) {
+	t.Helper()
+	srv := redistest.StartServer(t, "--enable-debug-command", "yes")
+	c := srv.Client()
+	r = newRedis(t, c, WithMaxInFlight(1))
+	slept = make(chan error, 1)
+	go func() { slept <- srv.Client().Do(context.Background(), "DEBUG", "SLEEP", seconds).Err() }()
+	require.Eventually(t, func() bool {
+		// The server is asleep once a PING cannot get through in 50ms.
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		return c.Ping(ctx).Err() != nil
+	}, 5*time.Second, 5*time.Millisecond)
+	return r, slept
+}
+
+// queuedBehindOne reports whether r's one slot is taken and n callers
+// queue behind it.
+func queuedBehindOne(r *Redis, n int) bool {
+	r.combine.mu.Lock()
+	defer r.combine.mu.Unlock()
+	return r.combine.inFlight == 1 && len(r.combine.pending) == n
 }
