@@ -47,17 +47,8 @@
 -- Out of memory: the penalty's only write, after a denial, is made with
 -- pcall, so a Redis over maxmemory still answers the decision; the denial
 -- goes uncounted.
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-end
-local t = tonumber(now)
-local peek = ARGV[#ARGV] == 'peek'
-local refund = ARGV[#ARGV] == 'refund'
-local lease = ARGV[#ARGV] == 'lease'
-local charge = ARGV[#ARGV] == 'charge'
-local atmost = ARGV[#ARGV] == 'atmost'
+-- (now and the modes: see preamble.lua, which scripts.go prepends)
+local t = now
 local after = tonumber(ARGV[3])
 local within = tonumber(ARGV[4])
 local ban = tonumber(ARGV[5])
