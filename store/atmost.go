@@ -23,11 +23,6 @@ type Granter interface {
 	AtMost(ctx context.Context, req Request) (algorithm.Decision, error)
 }
 
-var (
-	_ Granter = (*Memory)(nil)
-	_ Granter = (*Redis)(nil)
-)
-
 // AtMost runs the strategy's Go partial grant under the key's shard lock.
 // A key it does not hold and that grants nothing is not kept (unless the
 // strategy keeps something of the denial: a penalty box counts it).

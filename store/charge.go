@@ -25,11 +25,6 @@ type Charger interface {
 	Charge(ctx context.Context, req Request, maxDebt int64) (algorithm.Decision, error)
 }
 
-var (
-	_ Charger = (*Memory)(nil)
-	_ Charger = (*Redis)(nil)
-)
-
 // Charge runs the strategy's Go charge rule under the key's shard lock. A
 // key it does not hold starts fresh, and is kept once the charge recorded
 // something.

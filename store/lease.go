@@ -22,11 +22,6 @@ type Leaser interface {
 	Lease(ctx context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error)
 }
 
-var (
-	_ Leaser = (*Memory)(nil)
-	_ Leaser = (*Redis)(nil)
-)
-
 // Lease runs the strategy's Go lease rule under the key's shard lock.
 func (m *Memory) Lease(_ context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
 	l, ok := req.Strategy.(algorithm.Leaser)

@@ -13,13 +13,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-var (
-	_ Store    = (*Memory)(nil)
-	_ Resetter = (*Memory)(nil)
-	_ Peeker   = (*Memory)(nil)
-	_ Refunder = (*Memory)(nil)
-)
-
 // memoryShards is the number of independently locked maps; a power of two.
 const memoryShards = 256
 

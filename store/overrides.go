@@ -10,11 +10,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-var (
-	_ Overrider = (*Memory)(nil)
-	_ Overrider = (*Redis)(nil)
-)
-
 // Overrider is implemented by stores that keep tables of per-key overrides
 // (fleetlimit.WithOverrides): Memory for one process, Redis for a fleet. A
 // table belongs to one limiter (its name is the limiter's key prefix +

@@ -18,13 +18,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 )
 
-var (
-	_ Store    = (*Redis)(nil)
-	_ Resetter = (*Redis)(nil)
-	_ Peeker   = (*Redis)(nil)
-	_ Refunder = (*Redis)(nil)
-)
-
 // Redis is a store shared by every process that points at the same Redis:
 // each decision is one EVALSHA of the strategy's Lua twin, which reads and
 // writes one key atomically inside Redis. Decisions from a whole fleet on one

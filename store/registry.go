@@ -14,11 +14,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-var (
-	_ Registrar = (*Memory)(nil)
-	_ Registrar = (*Redis)(nil)
-)
-
 // RegistryKeyPrefix starts the key of every name in the fleet's registry
 // (fleetlimit.WithRegistry): one Redis hash per limiter name,
 // RegistryKeyPrefix + name. A name's data is that one key, so it lives in
