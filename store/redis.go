@@ -394,13 +394,7 @@ func (r *Redis) Reset(ctx context.Context, req Request) error {
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	del := func(ctx context.Context) (any, error) { return r.client.Del(ctx, keys...).Result() }
-	var err error
-	if r.bounded {
-		_, err = del(ctx)
-	} else {
-		_, err = abandonable(ctx, del)
-	}
+	_, err := r.within(ctx, func(ctx context.Context) (any, error) { return r.client.Del(ctx, keys...).Result() })
 	if err != nil {
 		return r.failed(ctx, keys[0], err)
 	}
@@ -441,6 +435,16 @@ func abandonable(ctx context.Context, call func(context.Context) (any, error)) (
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// within runs call bounded by ctx: directly when the client ends a call at
+// its context's deadline (bounded), else abandonable. The decision path
+// (eval) writes the same choice out, to make no closure when bounded.
+func (r *Redis) within(ctx context.Context, call func(context.Context) (any, error)) (any, error) {
+	if r.bounded {
+		return call(ctx)
+	}
+	return abandonable(ctx, call)
 }
 
 // redisError gives a failed call context and its class: ErrWrongType or
