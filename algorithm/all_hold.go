@@ -25,9 +25,9 @@ func (s *all) Hold(state State, now time.Time, op PermitOp) (Decision, error) {
 	if s.holder < 0 {
 		return Decision{}, fmt.Errorf("%s holds no permits: %w", s.Name(), errors.ErrUnsupported)
 	}
-	st, ok := state.(*allState)
-	if !ok || len(st.members) != len(s.members) {
-		return Decision{}, ErrStateType
+	st, err := s.stateOf(state)
+	if err != nil {
+		return Decision{}, err
 	}
 	if err := op.Validate(); err != nil {
 		return Decision{}, err
