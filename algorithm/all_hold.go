@@ -6,8 +6,6 @@ import (
 	"time"
 )
 
-var _ Holder = (*all)(nil)
-
 // Hold applies op to a composite with a member that holds permits (see
 // Holder and All): an acquire admits only when every member admits a
 // request of cost 1 — the holder by its plain decision (a slot is free),

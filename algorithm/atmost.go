@@ -26,15 +26,6 @@ type Granter interface {
 	AtMost(st State, now time.Time, n int64) (Decision, error)
 }
 
-var (
-	_ Granter = (*tokenBucket)(nil)
-	_ Granter = (*fixedWindow)(nil)
-	_ Granter = (*slidingWindowLog)(nil)
-	_ Granter = (*slidingWindowCounter)(nil)
-	_ Granter = (*all)(nil)
-	_ Granter = (*penalized)(nil)
-)
-
 // The built-in single strategies' scripts honour the atmost mode (see
 // Script.AtMost); All's and Penalize's say so when they are built.
 func init() {

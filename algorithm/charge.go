@@ -50,15 +50,6 @@ type Charger interface {
 	Charge(st State, now time.Time, n, maxDebt int64) (Decision, error)
 }
 
-var (
-	_ Charger = (*slidingWindowLog)(nil)
-	_ Charger = (*tokenBucket)(nil)
-	_ Charger = (*fixedWindow)(nil)
-	_ Charger = (*slidingWindowCounter)(nil)
-	_ Charger = (*all)(nil)
-	_ Charger = (*penalized)(nil)
-)
-
 // Cut is, for a Charger's charge, the units the debt cap cut off: charged
 // to no one. It is 0 for every other decision. A composite's is the most
 // any member cut (each member's is in Members).

@@ -61,12 +61,6 @@ type concurrency struct {
 	args  []any
 }
 
-var (
-	_ Holder = (*concurrency)(nil)
-	_ Scaler = (*concurrency)(nil)
-	_ Cloner = (*concurrencyState)(nil)
-)
-
 func (s *concurrency) Name() string          { return "concurrency" }
 func (s *concurrency) Limit() int64          { return s.limit }
 func (s *concurrency) Window() time.Duration { return s.d }

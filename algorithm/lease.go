@@ -66,17 +66,6 @@ type LeaseReplier interface {
 	LeaseReply(ints []int64, n int64) (Grant, error)
 }
 
-var (
-	_ Leaser       = (*tokenBucket)(nil)
-	_ Leaser       = (*fixedWindow)(nil)
-	_ Leaser       = (*slidingWindowLog)(nil)
-	_ Leaser       = (*slidingWindowCounter)(nil)
-	_ Leaser       = (*all)(nil)
-	_ Leaser       = (*penalized)(nil)
-	_ LeaseReplier = (*all)(nil)
-	_ LeaseReplier = (*penalized)(nil)
-)
-
 // Lease gives back (see Leaser) by the token bucket's Refund — the
 // tokens return exactly as if they had never been taken, unless the bucket
 // would have filled in between, in which case it holds at most its burst —

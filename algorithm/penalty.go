@@ -233,8 +233,6 @@ func (st *penaltyState) Clone() State {
 // DenialCounter).
 func (s *penalized) CountsDenials() bool { return true }
 
-var _ DenialCounter = (*penalized)(nil)
-
 // Penalty modes, as the Lua twin's reply states them.
 const (
 	penaltyNone    = 0 // the inner decision stands

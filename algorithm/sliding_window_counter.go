@@ -104,8 +104,6 @@ func (s *slidingWindowCounter) Validate() error {
 	return checkWindow(algo, "window", s.d)
 }
 
-var _ Scaler = (*slidingWindowCounter)(nil)
-
 // Scaled is SlidingWindowCounter(max(1, limit/divisor), window).
 func (s *slidingWindowCounter) Scaled(divisor int64) Strategy {
 	if divisor <= 1 {

@@ -105,11 +105,20 @@ type Cloner interface {
 	Clone() State
 }
 
+// What each strategy implements beyond Strategy, one row per interface
+// (a caller finds out by a type assertion; a custom strategy opts in to
+// each by implementing it). Every built-in state is a Cloner.
 var (
-	_ Cloner = (*slidingLogState)(nil)
-	_ Cloner = (*tokenBucketState)(nil)
-	_ Cloner = (*fixedWindowState)(nil)
-	_ Cloner = (*slidingCounterState)(nil)
+	_, _, _, _, _, _    Refunder = (*tokenBucket)(nil), (*fixedWindow)(nil), (*slidingWindowLog)(nil), (*slidingWindowCounter)(nil), (*all)(nil), (*penalized)(nil)
+	_, _, _, _, _, _    Leaser   = (*tokenBucket)(nil), (*fixedWindow)(nil), (*slidingWindowLog)(nil), (*slidingWindowCounter)(nil), (*all)(nil), (*penalized)(nil)
+	_, _, _, _, _, _    Granter  = (*tokenBucket)(nil), (*fixedWindow)(nil), (*slidingWindowLog)(nil), (*slidingWindowCounter)(nil), (*all)(nil), (*penalized)(nil)
+	_, _, _, _, _, _    Charger  = (*tokenBucket)(nil), (*fixedWindow)(nil), (*slidingWindowLog)(nil), (*slidingWindowCounter)(nil), (*all)(nil), (*penalized)(nil)
+	_, _, _, _, _, _, _ Scaler   = (*tokenBucket)(nil), (*fixedWindow)(nil), (*slidingWindowLog)(nil), (*slidingWindowCounter)(nil), (*concurrency)(nil), (*all)(nil), (*penalized)(nil)
+	_, _                Holder   = (*concurrency)(nil), (*all)(nil)
+
+	_, _                LeaseReplier  = (*all)(nil), (*penalized)(nil)
+	_                   DenialCounter = (*penalized)(nil)
+	_, _, _, _, _, _, _ Cloner        = (*tokenBucketState)(nil), (*fixedWindowState)(nil), (*slidingLogState)(nil), (*slidingCounterState)(nil), (*concurrencyState)(nil), (*allState)(nil), (*penaltyState)(nil)
 )
 
 // Strategy is a rate-limiting algorithm with its parameters: a decision rule
