@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"time"
 )
 
@@ -245,6 +246,34 @@ func gcd(a, b int64) int64 {
 		a, b = b, a%b
 	}
 	return a
+}
+
+// limitWindow is the parameters of a strategy that admits at most limit
+// over a span of time (a fixed or sliding window, or a permit's ttl), and
+// the Strategy methods that read them alone.
+type limitWindow struct {
+	limit  int64
+	window int64 // µs
+	d      time.Duration
+	args   []any // the script's: the limit, then the window in µs
+}
+
+func newLimitWindow(limit int64, window time.Duration) limitWindow {
+	return limitWindow{limit: limit, window: micros(window), d: window,
+		args: []any{strconv.FormatInt(limit, 10), strconv.FormatInt(micros(window), 10)}}
+}
+
+func (p *limitWindow) Limit() int64          { return p.limit }
+func (p *limitWindow) Window() time.Duration { return p.d }
+func (p *limitWindow) ScriptArgs() []any     { return p.args }
+
+// check is Validate's verdict for algo on the limit (checkCount) and the
+// window, which the errors name span (checkWindow).
+func (p *limitWindow) check(algo, span string) error {
+	if err := checkCount(algo, "limit", p.limit); err != nil {
+		return err
+	}
+	return checkWindow(algo, span, p.d)
 }
 
 // checkCount validates a positive integer parameter.
