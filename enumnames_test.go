@@ -20,7 +20,7 @@ func TestEnumNames(t *testing.T) {
 		"override": fleetlimit.DecidedByOverride, "Decider(7)": fleetlimit.Decider(7),
 		"acquire": fleetlimit.PermitAcquire, "release": fleetlimit.PermitRelease, "renew": fleetlimit.PermitRenew,
 		"PermitOp(4)": fleetlimit.PermitOp(4),
-		"fail-local": fleetlimit.FailLocal, "fail-open": fleetlimit.FailOpen, "fail-closed": fleetlimit.FailClosed,
+		"fail-local":  fleetlimit.FailLocal, "fail-open": fleetlimit.FailOpen, "fail-closed": fleetlimit.FailClosed,
 		"FailurePolicy(3)": fleetlimit.FailurePolicy(3), "FailurePolicy(-1)": fleetlimit.FailurePolicy(-1),
 		"closed": fleetlimit.BreakerClosed, "half-open": fleetlimit.BreakerHalfOpen, "open": fleetlimit.BreakerOpen,
 		"BreakerState(3)": fleetlimit.BreakerState(3), "BreakerState(-1)": fleetlimit.BreakerState(-1),
