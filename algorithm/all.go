@@ -452,13 +452,5 @@ func (s *all) LeaseReply(ints []int64, n int64) (Grant, error) {
 	if len(ints) < 2 {
 		return Grant{}, fmt.Errorf("all: lease reply of %d integers", len(ints))
 	}
-	cost := n
-	if ints[0] > 0 {
-		cost = ints[0]
-	}
-	d, err := s.Reply(ints[2:], cost)
-	if err != nil {
-		return Grant{}, err
-	}
-	return Grant{Units: ints[0], Decision: d, At: ints[1]}, nil
+	return leaseGrant(s, ints[2:], ints[0], ints[1], n)
 }

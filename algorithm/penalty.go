@@ -435,13 +435,5 @@ func (s *penalized) LeaseReply(ints []int64, n int64) (Grant, error) {
 	if len(ints) < 8 {
 		return Grant{}, fmt.Errorf("penalty: lease reply of %d integers", len(ints))
 	}
-	cost := n
-	if ints[2] > 0 {
-		cost = ints[2]
-	}
-	d, err := s.Reply(ints, cost) // which reads only the mode and wait of the head
-	if err != nil {
-		return Grant{}, err
-	}
-	return Grant{Units: ints[2], Decision: d, At: ints[3]}, nil
+	return leaseGrant(s, ints, ints[2], ints[3], n) // Reply reads only the mode and wait of the head
 }
