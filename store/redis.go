@@ -557,15 +557,22 @@ func parseReply(reply any, limit int64) (algorithm.Decision, error) {
 // parseLongReply reads the reply of a strategy whose script returns more
 // than the calling convention's four integers (algorithm.Replier).
 func parseLongReply(reply any, rp algorithm.Replier, n int64) (algorithm.Decision, error) {
+	return readReply(reply, rp.Reply, n)
+}
+
+// readReply is a reply of integers as the strategy's read reads them, for
+// a request of cost n; what read refuses is ErrBadReply.
+func readReply[T any](reply any, read func([]int64, int64) (T, error), n int64) (T, error) {
+	var zero T
 	ints, err := replyInts(reply)
 	if err != nil {
-		return algorithm.Decision{}, err
+		return zero, err
 	}
-	d, err := rp.Reply(ints, n)
+	v, err := read(ints, n)
 	if err != nil {
-		return algorithm.Decision{}, fmt.Errorf("%w: %w", ErrBadReply, err)
+		return zero, fmt.Errorf("%w: %w", ErrBadReply, err)
 	}
-	return d, nil
+	return v, nil
 }
 
 // replyInts reads a script's reply as a list of integers.
