@@ -147,17 +147,9 @@ const (
 	BreakerOpen
 )
 
-func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerOpen:
-		return "open"
-	case BreakerHalfOpen:
-		return "half-open"
-	}
-	return fmt.Sprintf("BreakerState(%d)", int(s))
-}
+func (s BreakerState) String() string { return enumName("BreakerState", int(s), breakerStateNames[:]) }
+
+var breakerStateNames = [...]string{BreakerClosed: "closed", BreakerHalfOpen: "half-open", BreakerOpen: "open"}
 
 // Breaker is a circuit breaker between limiters and their store, with one
 // circuit per shard: per Redis Cluster master (see store.Sharded), or one

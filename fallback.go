@@ -47,16 +47,10 @@ const (
 const FailClosedRetryAfter = time.Second
 
 func (p FailurePolicy) String() string {
-	switch p {
-	case FailLocal:
-		return "fail-local"
-	case FailOpen:
-		return "fail-open"
-	case FailClosed:
-		return "fail-closed"
-	}
-	return fmt.Sprintf("FailurePolicy(%d)", int(p))
+	return enumName("FailurePolicy", int(p), failurePolicyNames[:])
 }
+
+var failurePolicyNames = [...]string{FailLocal: "fail-local", FailOpen: "fail-open", FailClosed: "fail-closed"}
 
 // degraded decides the call, which the store did not, with the mode's
 // fallback or else the policy; err (wrapping ErrStoreUnavailable) is

@@ -173,15 +173,19 @@ func (e Event) Cause() Cause {
 
 // String is c in snake case: "none", "unavailable", "timeout",
 // "circuit_open" or "rejected".
-func (c Cause) String() string {
-	if int(c) < len(causeNames) {
-		return causeNames[c]
-	}
-	return fmt.Sprintf("Cause(%d)", int(c))
-}
+func (c Cause) String() string { return enumName("Cause", int(c), causeNames[:]) }
 
 var causeNames = [...]string{CauseNone: "none", CauseUnavailable: "unavailable", CauseTimeout: "timeout",
 	CauseCircuitOpen: "circuit_open", CauseRejected: "rejected"}
+
+// enumName is names[v], the name of the value v of the enumeration typ, or
+// "typ(v)" for a value names has not.
+func enumName(typ string, v int, names []string) string {
+	if v >= 0 && v < len(names) {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", typ, v)
+}
 
 // Decider says who made a decision.
 type Decider uint8
@@ -212,25 +216,10 @@ const (
 	DecidedByOverride
 )
 
-func (d Decider) String() string {
-	switch d {
-	case DecidedByStore:
-		return "store"
-	case DecidedByPolicy:
-		return "policy"
-	case DecidedByFallback:
-		return "fallback"
-	case DecidedByCaller:
-		return "caller"
-	case DecidedByCache:
-		return "cache"
-	case DecidedByLease:
-		return "lease"
-	case DecidedByOverride:
-		return "override"
-	}
-	return fmt.Sprintf("Decider(%d)", int(d))
-}
+func (d Decider) String() string { return enumName("Decider", int(d), deciderNames[:]) }
+
+var deciderNames = [...]string{DecidedByStore: "store", DecidedByPolicy: "policy", DecidedByFallback: "fallback",
+	DecidedByCaller: "caller", DecidedByCache: "cache", DecidedByLease: "lease", DecidedByOverride: "override"}
 
 // observed makes a decision and tells the observer about it.
 func (l *Limiter) observed(ctx context.Context, key string, n int64) (Result, error) {
@@ -288,19 +277,9 @@ const (
 	PermitRenew
 )
 
-func (op PermitOp) String() string {
-	switch op {
-	case NotPermit:
-		return "none"
-	case PermitAcquire:
-		return "acquire"
-	case PermitRelease:
-		return "release"
-	case PermitRenew:
-		return "renew"
-	}
-	return fmt.Sprintf("PermitOp(%d)", int(op))
-}
+func (op PermitOp) String() string { return enumName("PermitOp", int(op), permitOpNames[:]) }
+
+var permitOpNames = [...]string{NotPermit: "none", PermitAcquire: "acquire", PermitRelease: "release", PermitRenew: "renew"}
 
 // PermitObserver is implemented by an Observer (WithObserver) that wants
 // the operations on a concurrency limit's permits (algorithm.Concurrency):

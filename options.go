@@ -103,6 +103,18 @@ func storeCan[T any](st store.Store, option, why string) (T, error) {
 	return c, nil
 }
 
+// period is an option's duration d, or def when d is 0; one outside lo to
+// hi is the option's error (what names it).
+func (c *config) period(what string, d, def, lo, hi time.Duration) time.Duration {
+	if d == 0 {
+		d = def
+	}
+	if d < lo || d > hi {
+		c.errs = append(c.errs, fmt.Errorf("%s %v is not between %v and %v", what, d, lo, hi))
+	}
+	return d
+}
+
 // Option configures New.
 type Option interface{ apply(*config) }
 

@@ -67,13 +67,7 @@ const (
 // store.Overrider (Memory, for one process; Redis).
 func WithOverrides(refresh time.Duration) Option {
 	return option(func(c *config) {
-		if refresh == 0 {
-			refresh = DefaultOverrideRefresh
-		}
-		if refresh < 10*time.Millisecond || refresh > time.Hour {
-			c.errs = append(c.errs, fmt.Errorf("override refresh %v is not between 10ms and 1h", refresh))
-		}
-		c.overrides = refresh
+		c.overrides = c.period("override refresh", refresh, DefaultOverrideRefresh, 10*time.Millisecond, time.Hour)
 	})
 }
 

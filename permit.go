@@ -92,6 +92,20 @@ const (
 	heldLocally               // in the fallback store (FailLocal), during an outage
 )
 
+// heldBy is where an admission (of a permit or a reservation) decided as
+// o holds what it took: nowhere in shadow mode or by a policy, else in the
+// store that decided it.
+func heldBy(shadow bool, o outcome) holder {
+	switch {
+	case shadow:
+	case o.by() == DecidedByFallback:
+		return heldLocally
+	case o.by() == DecidedByStore:
+		return heldInStore
+	}
+	return heldNowhere
+}
+
 // Acquire takes a slot of key's concurrency limit for the caller, if one
 // is free: at most the strategy's limit permits are held at once per key
 // by every limiter sharing the store (the instances of a fleet). The
@@ -151,15 +165,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Permit, Result, erro
 	if !res.Allowed {
 		return Permit{}, res, err
 	}
-	p := Permit{l: l, key: key, id: id, rule: c.req.Strategy}
-	switch {
-	case res.Shadow:
-	case o.by() == DecidedByFallback:
-		p.where = heldLocally
-	case o.by() == DecidedByStore:
-		p.where = heldInStore
-	}
-	return p, res, err
+	return Permit{l: l, key: key, id: id, rule: c.req.Strategy, where: heldBy(res.Shadow, o)}, res, err
 }
 
 // Release gives the permit's slot back: exactly this permit's, never

@@ -74,13 +74,7 @@ var (
 // process; Redis).
 func WithRegistry(ttl time.Duration) Option {
 	return option(func(c *config) {
-		if ttl == 0 {
-			ttl = DefaultRegistryTTL
-		}
-		if ttl < 30*time.Millisecond || ttl > time.Hour {
-			c.errs = append(c.errs, fmt.Errorf("registry ttl %v is not between 30ms and 1h", ttl))
-		}
-		c.registryTTL = ttl
+		c.registryTTL = c.period("registry ttl", ttl, DefaultRegistryTTL, 30*time.Millisecond, time.Hour)
 	})
 }
 

@@ -142,15 +142,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (Rese
 	if !out.Allowed {
 		return Reservation{}, out, err
 	}
-	r := Reservation{l: l, key: key, estimate: estimate, rule: c.req.Strategy, res: out, done: new(atomic.Bool)}
-	switch {
-	case out.Shadow:
-	case o.by() == DecidedByFallback:
-		r.where = heldLocally
-	case o.by() == DecidedByStore:
-		r.where = heldInStore
-	}
-	return r, out, err
+	return Reservation{l: l, key: key, estimate: estimate, rule: c.req.Strategy, res: out, done: new(atomic.Bool), where: heldBy(out.Shadow, o)}, out, err
 }
 
 // Estimate is the cost the reservation admitted.

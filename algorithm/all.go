@@ -233,13 +233,42 @@ func (st *allState) Clone() State {
 // such members, so only a State made elsewhere gets it).
 var errMemberState = errors.New("all: member state cannot be copied")
 
-func (s *all) Decide(state State, now time.Time, n int64) (Decision, error) {
+// stateOf is state as the composite's: s's own error first (an invalid
+// composite), ErrStateType for a state another strategy made.
+func (s *all) stateOf(state State) (*allState, error) {
 	if s.err != nil {
-		return Decision{}, s.err
+		return nil, s.err
 	}
 	st, ok := state.(*allState)
 	if !ok || len(st.members) != len(s.members) {
-		return Decision{}, ErrStateType
+		return nil, ErrStateType
+	}
+	return st, nil
+}
+
+// membersAs is stateOf with every member as R, the rule interface of an
+// operation (Refunder, Leaser, Charger); a member that is not an R is an
+// error wrapping errors.ErrUnsupported that says what it cannot do.
+func membersAs[R any](s *all, state State, cannot string) (*allState, []R, error) {
+	st, err := s.stateOf(state)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs := make([]R, len(s.members))
+	for i, m := range s.members {
+		r, ok := m.(R)
+		if !ok {
+			return nil, nil, fmt.Errorf("all: member %d (%s) cannot %s: %w", i, m.Name(), cannot, errors.ErrUnsupported)
+		}
+		rs[i] = r
+	}
+	return st, rs, nil
+}
+
+func (s *all) Decide(state State, now time.Time, n int64) (Decision, error) {
+	st, err := s.stateOf(state)
+	if err != nil {
+		return Decision{}, err
 	}
 	trial, ds, admit, err := s.try(st, now, n)
 	if err != nil {
@@ -368,18 +397,9 @@ func (s *all) Reply(ints []int64, n int64) (Decision, error) {
 // after it. A member that cannot refund makes it an error wrapping
 // errors.ErrUnsupported, with nothing given back.
 func (s *all) Refund(state State, now time.Time, n int64) (Decision, error) {
-	if s.err != nil {
-		return Decision{}, s.err
-	}
-	st, ok := state.(*allState)
-	if !ok || len(st.members) != len(s.members) {
-		return Decision{}, ErrStateType
-	}
-	rs := make([]Refunder, len(s.members))
-	for i, m := range s.members {
-		if rs[i], ok = m.(Refunder); !ok {
-			return Decision{}, fmt.Errorf("all: member %d (%s) cannot refund: %w", i, m.Name(), errors.ErrUnsupported)
-		}
+	st, rs, err := membersAs[Refunder](s, state, "refund")
+	if err != nil {
+		return Decision{}, err
 	}
 	ds := make([]Decision, len(s.members))
 	for i, r := range rs {
@@ -403,18 +423,9 @@ func (s *all) Refund(state State, now time.Time, n int64) (Decision, error) {
 // cannot lease makes it an error wrapping errors.ErrUnsupported, with
 // nothing given back or taken. Grant.At is now, read once for all members.
 func (s *all) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
-	if s.err != nil {
-		return Grant{}, s.err
-	}
-	st, ok := state.(*allState)
-	if !ok || len(st.members) != len(s.members) {
-		return Grant{}, ErrStateType
-	}
-	ls := make([]Leaser, len(s.members))
-	for i, m := range s.members {
-		if ls[i], ok = m.(Leaser); !ok {
-			return Grant{}, fmt.Errorf("all: member %d (%s) cannot lease: %w", i, m.Name(), errors.ErrUnsupported)
-		}
+	st, ls, err := membersAs[Leaser](s, state, "lease")
+	if err != nil {
+		return Grant{}, err
 	}
 	ds := make([]Decision, len(s.members))
 	available := int64(MaxInt)
@@ -441,13 +452,5 @@ func (s *all) LeaseReply(ints []int64, n int64) (Grant, error) {
 	if len(ints) < 2 {
 		return Grant{}, fmt.Errorf("all: lease reply of %d integers", len(ints))
 	}
-	cost := n
-	if ints[0] > 0 {
-		cost = ints[0]
-	}
-	d, err := s.Reply(ints[2:], cost)
-	if err != nil {
-		return Grant{}, err
-	}
-	return Grant{Units: ints[0], Decision: d, At: ints[1]}, nil
+	return leaseGrant(s, ints[2:], ints[0], ints[1], n)
 }

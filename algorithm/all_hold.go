@@ -6,8 +6,6 @@ import (
 	"time"
 )
 
-var _ Holder = (*all)(nil)
-
 // Hold applies op to a composite with a member that holds permits (see
 // Holder and All): an acquire admits only when every member admits a
 // request of cost 1 — the holder by its plain decision (a slot is free),
@@ -25,9 +23,9 @@ func (s *all) Hold(state State, now time.Time, op PermitOp) (Decision, error) {
 	if s.holder < 0 {
 		return Decision{}, fmt.Errorf("%s holds no permits: %w", s.Name(), errors.ErrUnsupported)
 	}
-	st, ok := state.(*allState)
-	if !ok || len(st.members) != len(s.members) {
-		return Decision{}, ErrStateType
+	st, err := s.stateOf(state)
+	if err != nil {
+		return Decision{}, err
 	}
 	if err := op.Validate(); err != nil {
 		return Decision{}, err

@@ -26,15 +26,6 @@ type Granter interface {
 	AtMost(st State, now time.Time, n int64) (Decision, error)
 }
 
-var (
-	_ Granter = (*tokenBucket)(nil)
-	_ Granter = (*fixedWindow)(nil)
-	_ Granter = (*slidingWindowLog)(nil)
-	_ Granter = (*slidingWindowCounter)(nil)
-	_ Granter = (*all)(nil)
-	_ Granter = (*penalized)(nil)
-)
-
 // The built-in single strategies' scripts honour the atmost mode (see
 // Script.AtMost); All's and Penalize's say so when they are built.
 func init() {
@@ -136,12 +127,9 @@ func (s *slidingWindowCounter) AtMost(st State, now time.Time, n int64) (Decisio
 // that, all or none; with nothing left in some member, a request of 1 is
 // decided (and denied, no member charged).
 func (s *all) AtMost(state State, now time.Time, n int64) (Decision, error) {
-	if s.err != nil {
-		return Decision{}, s.err
-	}
-	st, ok := state.(*allState)
-	if !ok || len(st.members) != len(s.members) {
-		return Decision{}, ErrStateType
+	st, err := s.stateOf(state)
+	if err != nil {
+		return Decision{}, err
 	}
 	k := n
 	for i := range s.members {
@@ -179,16 +167,9 @@ func grantsAll(members []Strategy) bool {
 // ban exactly as a denied decision does, and a grant above 0 is an
 // admission, never counted.
 func (s *penalized) AtMost(state State, now time.Time, n int64) (Decision, error) {
-	if s.err != nil {
-		return Decision{}, s.err
-	}
-	st, ok := state.(*penaltyState)
-	if !ok || st.inner == nil {
-		return Decision{}, ErrStateType
-	}
-	g, ok := s.inner.(Granter)
-	if !ok {
-		return Decision{}, fmt.Errorf("penalty: %s cannot grant part of a request: %w", s.inner.Name(), errors.ErrUnsupported)
+	st, g, err := innerAs[Granter](s, state, "grant part of a request")
+	if err != nil {
+		return Decision{}, err
 	}
 	t := now.UnixMicro()
 	if t < st.until {

@@ -1,7 +1,6 @@
 package algorithm
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -50,15 +49,6 @@ import (
 type Charger interface {
 	Charge(st State, now time.Time, n, maxDebt int64) (Decision, error)
 }
-
-var (
-	_ Charger = (*slidingWindowLog)(nil)
-	_ Charger = (*tokenBucket)(nil)
-	_ Charger = (*fixedWindow)(nil)
-	_ Charger = (*slidingWindowCounter)(nil)
-	_ Charger = (*all)(nil)
-	_ Charger = (*penalized)(nil)
-)
 
 // Cut is, for a Charger's charge, the units the debt cap cut off: charged
 // to no one. It is 0 for every other decision. A composite's is the most
@@ -140,18 +130,9 @@ func (s *all) charged(ds []Decision) Decision {
 // member that cannot be charged makes it an error wrapping
 // errors.ErrUnsupported, with no member charged.
 func (s *all) Charge(state State, now time.Time, n, maxDebt int64) (Decision, error) {
-	if s.err != nil {
-		return Decision{}, s.err
-	}
-	st, ok := state.(*allState)
-	if !ok || len(st.members) != len(s.members) {
-		return Decision{}, ErrStateType
-	}
-	cs := make([]Charger, len(s.members))
-	for i, m := range s.members {
-		if cs[i], ok = m.(Charger); !ok {
-			return Decision{}, fmt.Errorf("all: member %d (%s) cannot be charged: %w", i, m.Name(), errors.ErrUnsupported)
-		}
+	st, cs, err := membersAs[Charger](s, state, "be charged")
+	if err != nil {
+		return Decision{}, err
 	}
 	ds := make([]Decision, len(s.members))
 	for i, c := range cs {
@@ -167,16 +148,9 @@ func (s *all) Charge(state State, now time.Time, n, maxDebt int64) (Decision, er
 // Charge charges n by the inner strategy's rule; the ban state is as it
 // was (a charge is no denial, and lifts no ban).
 func (s *penalized) Charge(state State, now time.Time, n, maxDebt int64) (Decision, error) {
-	if s.err != nil {
-		return Decision{}, s.err
-	}
-	st, ok := state.(*penaltyState)
-	if !ok || st.inner == nil {
-		return Decision{}, ErrStateType
-	}
-	c, ok := s.inner.(Charger)
-	if !ok {
-		return Decision{}, fmt.Errorf("penalty: %s cannot be charged: %w", s.inner.Name(), errors.ErrUnsupported)
+	st, c, err := innerAs[Charger](s, state, "be charged")
+	if err != nil {
+		return Decision{}, err
 	}
 	return c.Charge(st.inner, now, n, maxDebt)
 }

@@ -46,39 +46,17 @@ const MaxPermitID = 64
 // MaxWindow or not a whole number of microseconds. Window() is ttl. The
 // returned Strategy is safe for concurrent use.
 func Concurrency(limit int64, ttl time.Duration) Strategy {
-	return &concurrency{
-		limit: limit,
-		ttl:   micros(ttl),
-		d:     ttl,
-		args:  []any{strconv.FormatInt(limit, 10), strconv.FormatInt(micros(ttl), 10)},
-	}
+	return &concurrency{limitWindow: newLimitWindow(limit, ttl)}
 }
 
-type concurrency struct {
-	limit int64
-	ttl   int64 // µs
-	d     time.Duration
-	args  []any
-}
+type concurrency struct{ limitWindow }
 
-var (
-	_ Holder = (*concurrency)(nil)
-	_ Scaler = (*concurrency)(nil)
-	_ Cloner = (*concurrencyState)(nil)
-)
-
-func (s *concurrency) Name() string          { return "concurrency" }
-func (s *concurrency) Limit() int64          { return s.limit }
-func (s *concurrency) Window() time.Duration { return s.d }
-func (s *concurrency) Script() *Script       { return concurrencyScript }
-func (s *concurrency) ScriptArgs() []any     { return s.args }
-func (s *concurrency) NewState() State       { return &concurrencyState{} }
+func (s *concurrency) Name() string    { return "concurrency" }
+func (s *concurrency) Script() *Script { return concurrencyScript }
+func (s *concurrency) NewState() State { return &concurrencyState{} }
 
 func (s *concurrency) Validate() error {
-	if err := checkCount("concurrency", "limit", s.limit); err != nil {
-		return err
-	}
-	return checkWindow("concurrency", "ttl", s.d)
+	return s.check("concurrency", "ttl")
 }
 
 // Scaled is Concurrency(max(1, limit/divisor), ttl): one instance's share
@@ -211,7 +189,7 @@ func (s *concurrency) state(state State) (*concurrencyState, error) {
 	if !ok {
 		return nil, ErrStateType
 	}
-	if s.limit <= 0 || s.ttl <= 0 {
+	if s.limit <= 0 || s.window <= 0 {
 		return nil, s.Validate()
 	}
 	return st, nil
@@ -233,7 +211,7 @@ func (s *concurrency) Decide(state State, now time.Time, n int64) (Decision, err
 	}
 	switch {
 	case n > s.limit:
-		d.RetryAfter = duration(neverPassable(micros(d.ResetAfter), s.ttl))
+		d.RetryAfter = duration(neverPassable(micros(d.ResetAfter), s.window))
 	case held+n > s.limit:
 		// Enough permits must expire: the (held+n-limit)-th earliest.
 		d.RetryAfter = duration(exps[held+n-s.limit-1] - t)
@@ -266,7 +244,7 @@ func (s *concurrency) Hold(state State, now time.Time, op PermitOp) (Decision, e
 			if st.permits == nil {
 				st.permits = make(map[string]int64, 1)
 			}
-			st.permits[op.ID] = t + s.ttl
+			st.permits[op.ID] = t + s.window
 			d.Allowed = true
 		} else {
 			earliest := int64(MaxInt)
@@ -280,7 +258,7 @@ func (s *concurrency) Hold(state State, now time.Time, op PermitOp) (Decision, e
 		d.Allowed = true
 	case RenewPermit:
 		if held {
-			st.permits[op.ID] = t + s.ttl
+			st.permits[op.ID] = t + s.window
 			d.Allowed = true
 		} else {
 			d.RetryAfter = s.d

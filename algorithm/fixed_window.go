@@ -1,7 +1,6 @@
 package algorithm
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/scripts"
@@ -29,33 +28,17 @@ var fixedWindowScript = chargeable(leasable(builtin(NewScript("fw", scripts.Fixe
 // concurrent use. Invalid parameters are reported by Validate, never by a
 // panic.
 func FixedWindow(limit int64, window time.Duration) Strategy {
-	return &fixedWindow{
-		limit:  limit,
-		window: micros(window),
-		d:      window,
-		args:   []any{strconv.FormatInt(limit, 10), strconv.FormatInt(micros(window), 10)},
-	}
+	return &fixedWindow{limitWindow: newLimitWindow(limit, window)}
 }
 
-type fixedWindow struct {
-	limit  int64
-	window int64 // µs
-	d      time.Duration
-	args   []any
-}
+type fixedWindow struct{ limitWindow }
 
-func (s *fixedWindow) Name() string          { return "fixed_window" }
-func (s *fixedWindow) Limit() int64          { return s.limit }
-func (s *fixedWindow) Window() time.Duration { return s.d }
-func (s *fixedWindow) Script() *Script       { return fixedWindowScript }
-func (s *fixedWindow) ScriptArgs() []any     { return s.args }
-func (s *fixedWindow) NewState() State       { return &fixedWindowState{} }
+func (s *fixedWindow) Name() string    { return "fixed_window" }
+func (s *fixedWindow) Script() *Script { return fixedWindowScript }
+func (s *fixedWindow) NewState() State { return &fixedWindowState{} }
 
 func (s *fixedWindow) Validate() error {
-	if err := checkCount("fixed window", "limit", s.limit); err != nil {
-		return err
-	}
-	return checkWindow("fixed window", "window", s.d)
+	return s.check("fixed window", "window")
 }
 
 // fixedWindowState is the Go twin of the Redis value "<index>:<count>"; end

@@ -65,6 +65,21 @@ func fairShare(n, want, available int64) int64 {
 	return min(want, max(n, available/2))
 }
 
+// leaseGrant is the Grant of a lease reply whose head reports granted
+// units judged at at: its decision, in rest, is r's reading (Replier) for
+// the cost it was made for, the granted units or, when none, n.
+func leaseGrant(r Replier, rest []int64, granted, at, n int64) (Grant, error) {
+	cost := n
+	if granted > 0 {
+		cost = granted
+	}
+	d, err := r.Reply(rest, cost)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{Units: granted, Decision: d, At: at}, nil
+}
+
 // LeaseReplier is implemented by leasing strategies whose lease mode
 // replies with other than a one-key script's five integers {granted,
 // remaining, retry_after_us, reset_after_us, now} (All, Penalize): a store
@@ -73,17 +88,6 @@ func fairShare(n, want, available int64) int64 {
 type LeaseReplier interface {
 	LeaseReply(ints []int64, n int64) (Grant, error)
 }
-
-var (
-	_ Leaser       = (*tokenBucket)(nil)
-	_ Leaser       = (*fixedWindow)(nil)
-	_ Leaser       = (*slidingWindowLog)(nil)
-	_ Leaser       = (*slidingWindowCounter)(nil)
-	_ Leaser       = (*all)(nil)
-	_ Leaser       = (*penalized)(nil)
-	_ LeaseReplier = (*all)(nil)
-	_ LeaseReplier = (*penalized)(nil)
-)
 
 // Lease gives back (see Leaser) by the token bucket's Refund — the
 // tokens return exactly as if they had never been taken, unless the bucket

@@ -235,8 +235,6 @@ func (st *penaltyState) Clone() State {
 // DenialCounter).
 func (s *penalized) CountsDenials() bool { return true }
 
-var _ DenialCounter = (*penalized)(nil)
-
 // Penalty modes, as the Lua twin's reply states them.
 const (
 	penaltyNone    = 0 // the inner decision stands
@@ -245,13 +243,40 @@ const (
 	penaltyBanOpen = 3 // banned; the inner strategy would admit n
 )
 
-func (s *penalized) Decide(state State, now time.Time, n int64) (Decision, error) {
+// stateOf is state as the penalty box's: s's own error first (an invalid
+// box), ErrStateType for a state another strategy made.
+func (s *penalized) stateOf(state State) (*penaltyState, error) {
 	if s.err != nil {
-		return Decision{}, s.err
+		return nil, s.err
 	}
 	st, ok := state.(*penaltyState)
 	if !ok || st.inner == nil {
-		return Decision{}, ErrStateType
+		return nil, ErrStateType
+	}
+	return st, nil
+}
+
+// innerAs is stateOf with the inner strategy as R, the rule interface of
+// an operation (Refunder, Leaser, Granter, Charger); an inner strategy that
+// is not an R is an error wrapping errors.ErrUnsupported that says what it
+// cannot do.
+func innerAs[R any](s *penalized, state State, cannot string) (*penaltyState, R, error) {
+	var r R
+	st, err := s.stateOf(state)
+	if err != nil {
+		return nil, r, err
+	}
+	r, ok := s.inner.(R)
+	if !ok {
+		return nil, r, fmt.Errorf("penalty: %s cannot %s: %w", s.inner.Name(), cannot, errors.ErrUnsupported)
+	}
+	return st, r, nil
+}
+
+func (s *penalized) Decide(state State, now time.Time, n int64) (Decision, error) {
+	st, err := s.stateOf(state)
+	if err != nil {
+		return Decision{}, err
 	}
 	t := now.UnixMicro()
 	st.within, st.maxBan = micros(s.p.Within), micros(s.p.MaxBan)
@@ -369,16 +394,9 @@ func decisionOf(v []int64, limit int64) Decision {
 // Refund gives n back by the inner strategy's refund rule; the ban state
 // is as it was (a refund lifts no ban and uncounts no denial).
 func (s *penalized) Refund(state State, now time.Time, n int64) (Decision, error) {
-	if s.err != nil {
-		return Decision{}, s.err
-	}
-	st, ok := state.(*penaltyState)
-	if !ok || st.inner == nil {
-		return Decision{}, ErrStateType
-	}
-	r, ok := s.inner.(Refunder)
-	if !ok {
-		return Decision{}, fmt.Errorf("penalty: %s cannot refund: %w", s.inner.Name(), errors.ErrUnsupported)
+	st, r, err := innerAs[Refunder](s, state, "refund")
+	if err != nil {
+		return Decision{}, err
 	}
 	return r.Refund(st.inner, now, n)
 }
@@ -393,16 +411,9 @@ func (s *penalized) Refund(state State, now time.Time, n int64) (Decision, error
 // are never counted. An inner strategy that cannot lease
 // makes it an error wrapping errors.ErrUnsupported, with nothing changed.
 func (s *penalized) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
-	if s.err != nil {
-		return Grant{}, s.err
-	}
-	st, ok := state.(*penaltyState)
-	if !ok || st.inner == nil {
-		return Grant{}, ErrStateType
-	}
-	l, ok := s.inner.(Leaser)
-	if !ok {
-		return Grant{}, fmt.Errorf("penalty: %s cannot lease: %w", s.inner.Name(), errors.ErrUnsupported)
+	st, l, err := innerAs[Leaser](s, state, "lease")
+	if err != nil {
+		return Grant{}, err
 	}
 	t := now.UnixMicro()
 	if terms.Want == 0 || t < st.until {
@@ -428,13 +439,5 @@ func (s *penalized) LeaseReply(ints []int64, n int64) (Grant, error) {
 	if len(ints) < 8 {
 		return Grant{}, fmt.Errorf("penalty: lease reply of %d integers", len(ints))
 	}
-	cost := n
-	if ints[2] > 0 {
-		cost = ints[2]
-	}
-	d, err := s.Reply(ints, cost) // which reads only the mode and wait of the head
-	if err != nil {
-		return Grant{}, err
-	}
-	return Grant{Units: ints[2], Decision: d, At: ints[3]}, nil
+	return leaseGrant(s, ints, ints[2], ints[3], n) // Reply reads only the mode and wait of the head
 }

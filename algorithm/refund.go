@@ -41,10 +41,3 @@ import "time"
 type Refunder interface {
 	Refund(st State, now time.Time, n int64) (Decision, error)
 }
-
-var (
-	_ Refunder = (*slidingWindowLog)(nil)
-	_ Refunder = (*tokenBucket)(nil)
-	_ Refunder = (*fixedWindow)(nil)
-	_ Refunder = (*slidingWindowCounter)(nil)
-)

@@ -16,12 +16,6 @@ type Scaler interface {
 	Scaled(divisor int64) Strategy
 }
 
-var (
-	_ Scaler = (*slidingWindowLog)(nil)
-	_ Scaler = (*tokenBucket)(nil)
-	_ Scaler = (*fixedWindow)(nil)
-)
-
 // share is ⌊v/divisor⌋, at least 1.
 func share(v, divisor int64) int64 { return max(1, v/divisor) }
 

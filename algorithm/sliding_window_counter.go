@@ -3,7 +3,6 @@ package algorithm
 import (
 	"fmt"
 	"math/bits"
-	"strconv"
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/scripts"
@@ -71,40 +70,23 @@ var slidingWindowCounterScript = chargeable(leasable(builtin(NewScript("swc", sc
 // The returned Strategy is safe for concurrent use. Invalid parameters are
 // reported by Validate, never by a panic.
 func SlidingWindowCounter(limit int64, window time.Duration) Strategy {
-	s := &slidingWindowCounter{
-		limit:  limit,
-		window: micros(window),
-		d:      window,
-		args:   []any{strconv.FormatInt(limit, 10), strconv.FormatInt(micros(window), 10)},
-	}
+	s := &slidingWindowCounter{limitWindow: newLimitWindow(limit, window)}
 	s.err = s.Validate()
 	return s
 }
 
 type slidingWindowCounter struct {
-	limit  int64
-	window int64 // µs
-	d      time.Duration
-	args   []any
-	err    error // Validate's verdict, for Decide
+	limitWindow
+	err error // Validate's verdict, for Decide
 }
 
-func (s *slidingWindowCounter) Name() string          { return "sliding_window_counter" }
-func (s *slidingWindowCounter) Limit() int64          { return s.limit }
-func (s *slidingWindowCounter) Window() time.Duration { return s.d }
-func (s *slidingWindowCounter) Script() *Script       { return slidingWindowCounterScript }
-func (s *slidingWindowCounter) ScriptArgs() []any     { return s.args }
-func (s *slidingWindowCounter) NewState() State       { return &slidingCounterState{} }
+func (s *slidingWindowCounter) Name() string    { return "sliding_window_counter" }
+func (s *slidingWindowCounter) Script() *Script { return slidingWindowCounterScript }
+func (s *slidingWindowCounter) NewState() State { return &slidingCounterState{} }
 
 func (s *slidingWindowCounter) Validate() error {
-	const algo = "sliding window counter"
-	if err := checkCount(algo, "limit", s.limit); err != nil {
-		return err
-	}
-	return checkWindow(algo, "window", s.d)
+	return s.check("sliding window counter", "window")
 }
-
-var _ Scaler = (*slidingWindowCounter)(nil)
 
 // Scaled is SlidingWindowCounter(max(1, limit/divisor), window).
 func (s *slidingWindowCounter) Scaled(divisor int64) Strategy {

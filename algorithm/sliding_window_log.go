@@ -3,7 +3,6 @@ package algorithm
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/scripts"
@@ -53,27 +52,14 @@ const MaxLogCost = 10_000
 // The returned Strategy is safe for concurrent use. Invalid parameters are
 // reported by Validate, never by a panic.
 func SlidingWindowLog(limit int64, window time.Duration) Strategy {
-	return &slidingWindowLog{
-		limit:  limit,
-		window: micros(window),
-		d:      window,
-		args:   []any{strconv.FormatInt(limit, 10), strconv.FormatInt(micros(window), 10)},
-	}
+	return &slidingWindowLog{limitWindow: newLimitWindow(limit, window)}
 }
 
-type slidingWindowLog struct {
-	limit  int64
-	window int64 // µs
-	d      time.Duration
-	args   []any
-}
+type slidingWindowLog struct{ limitWindow }
 
-func (s *slidingWindowLog) Name() string          { return "sliding_window_log" }
-func (s *slidingWindowLog) Limit() int64          { return s.limit }
-func (s *slidingWindowLog) Window() time.Duration { return s.d }
-func (s *slidingWindowLog) Script() *Script       { return slidingWindowLogScript }
-func (s *slidingWindowLog) ScriptArgs() []any     { return s.args }
-func (s *slidingWindowLog) NewState() State       { return &slidingLogState{} }
+func (s *slidingWindowLog) Name() string    { return "sliding_window_log" }
+func (s *slidingWindowLog) Script() *Script { return slidingWindowLogScript }
+func (s *slidingWindowLog) NewState() State { return &slidingLogState{} }
 
 func (s *slidingWindowLog) Validate() error {
 	if err := checkCount("sliding window log", "limit", s.limit); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"time"
 )
 
@@ -105,11 +106,20 @@ type Cloner interface {
 	Clone() State
 }
 
+// What each strategy implements beyond Strategy, one row per interface
+// (a caller finds out by a type assertion; a custom strategy opts in to
+// each by implementing it). Every built-in state is a Cloner.
 var (
-	_ Cloner = (*slidingLogState)(nil)
-	_ Cloner = (*tokenBucketState)(nil)
-	_ Cloner = (*fixedWindowState)(nil)
-	_ Cloner = (*slidingCounterState)(nil)
+	_, _, _, _, _, _    Refunder = (*tokenBucket)(nil), (*fixedWindow)(nil), (*slidingWindowLog)(nil), (*slidingWindowCounter)(nil), (*all)(nil), (*penalized)(nil)
+	_, _, _, _, _, _    Leaser   = (*tokenBucket)(nil), (*fixedWindow)(nil), (*slidingWindowLog)(nil), (*slidingWindowCounter)(nil), (*all)(nil), (*penalized)(nil)
+	_, _, _, _, _, _    Granter  = (*tokenBucket)(nil), (*fixedWindow)(nil), (*slidingWindowLog)(nil), (*slidingWindowCounter)(nil), (*all)(nil), (*penalized)(nil)
+	_, _, _, _, _, _    Charger  = (*tokenBucket)(nil), (*fixedWindow)(nil), (*slidingWindowLog)(nil), (*slidingWindowCounter)(nil), (*all)(nil), (*penalized)(nil)
+	_, _, _, _, _, _, _ Scaler   = (*tokenBucket)(nil), (*fixedWindow)(nil), (*slidingWindowLog)(nil), (*slidingWindowCounter)(nil), (*concurrency)(nil), (*all)(nil), (*penalized)(nil)
+	_, _                Holder   = (*concurrency)(nil), (*all)(nil)
+
+	_, _                LeaseReplier  = (*all)(nil), (*penalized)(nil)
+	_                   DenialCounter = (*penalized)(nil)
+	_, _, _, _, _, _, _ Cloner        = (*tokenBucketState)(nil), (*fixedWindowState)(nil), (*slidingLogState)(nil), (*slidingCounterState)(nil), (*concurrencyState)(nil), (*allState)(nil), (*penaltyState)(nil)
 )
 
 // Strategy is a rate-limiting algorithm with its parameters: a decision rule
@@ -243,6 +253,34 @@ func gcd(a, b int64) int64 {
 		a, b = b, a%b
 	}
 	return a
+}
+
+// limitWindow is the parameters of a strategy that admits at most limit
+// over a span of time (a fixed or sliding window, or a permit's ttl), and
+// the Strategy methods that read them alone.
+type limitWindow struct {
+	limit  int64
+	window int64 // µs
+	d      time.Duration
+	args   []any // the script's: the limit, then the window in µs
+}
+
+func newLimitWindow(limit int64, window time.Duration) limitWindow {
+	return limitWindow{limit: limit, window: micros(window), d: window,
+		args: []any{strconv.FormatInt(limit, 10), strconv.FormatInt(micros(window), 10)}}
+}
+
+func (p *limitWindow) Limit() int64          { return p.limit }
+func (p *limitWindow) Window() time.Duration { return p.d }
+func (p *limitWindow) ScriptArgs() []any     { return p.args }
+
+// check is Validate's verdict for algo on the limit (checkCount) and the
+// window, which the errors name span (checkWindow).
+func (p *limitWindow) check(algo, span string) error {
+	if err := checkCount(algo, "limit", p.limit); err != nil {
+		return err
+	}
+	return checkWindow(algo, span, p.d)
 }
 
 // checkCount validates a positive integer parameter.

@@ -151,19 +151,12 @@ func New(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (*Interceptor, erro
 	for _, o := range opts {
 		o.apply(i, &errs)
 	}
-	a, err := ratelimitheader.NewAdapter("grpclimit", l, key != nil, i.shadowMetadata, errs)
+	a, err := ratelimitheader.NewAdapter(ratelimitheader.AdapterConfig{Name: "grpclimit", Unit: "call", Limiter: l, HasKey: key != nil,
+		ShadowHeaders: i.shadowMetadata, HasCost: i.cost != nil, HasSettledCost: i.settle != nil, Errs: errs})
 	if err != nil {
 		return nil, err
 	}
-	i.policy, i.metadata = a.Policy, a.Headers
-	if l != nil {
-		if i.holds = algorithm.Holds(l.Strategy()); i.holds && i.cost != nil {
-			return nil, fmt.Errorf("grpclimit: WithCost with the concurrency limit %s, whose call holds one permit: %w", l.Name(), fleetlimit.ErrInvalidConfig)
-		}
-		if err := i.checkSettle(); err != nil {
-			return nil, err
-		}
-	}
+	i.policy, i.metadata, i.holds = a.Policy, a.Headers, a.Holds
 	return i, nil
 }
 

@@ -3,7 +3,6 @@ package grpclimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 
 	"google.golang.org/grpc"
@@ -58,14 +57,6 @@ func CostFromTrailer(name string) SettleFunc {
 		}
 		return n
 	}
-}
-
-// checkSettle refuses WithSettledCost beside a concurrency limit.
-func (i *Interceptor) checkSettle() error {
-	if i.settle != nil && i.holds {
-		return fmt.Errorf("grpclimit: WithSettledCost with the concurrency limit %s, whose call holds one permit: %w", i.l.Name(), fleetlimit.ErrInvalidConfig)
-	}
-	return nil
 }
 
 // settleCall settles rv at the cost settle finds in the trailer the

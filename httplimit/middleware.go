@@ -93,19 +93,12 @@ func NewMiddleware(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (func(htt
 	for _, o := range opts {
 		o.apply(m, &errs)
 	}
-	a, err := ratelimitheader.NewAdapter("httplimit", l, key != nil, m.shadowHeaders, errs)
+	a, err := ratelimitheader.NewAdapter(ratelimitheader.AdapterConfig{Name: "httplimit", Unit: "request", Limiter: l, HasKey: key != nil,
+		ShadowHeaders: m.shadowHeaders, HasCost: m.cost != nil, HasSettledCost: m.settle != nil, Errs: errs})
 	if err != nil {
 		return nil, err
 	}
-	m.policy, m.headers = a.Policy, a.Headers
-	if l != nil {
-		if m.holds = algorithm.Holds(l.Strategy()); m.holds && m.cost != nil {
-			return nil, fmt.Errorf("httplimit: WithCost with the concurrency limit %s, whose request holds one permit: %w", l.Name(), fleetlimit.ErrInvalidConfig)
-		}
-		if err := m.checkSettle(); err != nil {
-			return nil, err
-		}
-	}
+	m.policy, m.headers, m.holds = a.Policy, a.Headers, a.Holds
 	return m.wrap, nil
 }
 

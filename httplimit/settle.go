@@ -3,7 +3,6 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -61,14 +60,6 @@ func CostByBytesWritten(unit int64) SettleFunc {
 	return func(_ *http.Request, _ int, _ http.Header, written int64) int64 {
 		return max(1, written/unit+min(1, written%unit))
 	}
-}
-
-// checkSettle refuses WithSettledCost beside a concurrency limit.
-func (m *middleware) checkSettle() error {
-	if m.settle != nil && m.holds {
-		return fmt.Errorf("httplimit: WithSettledCost with the concurrency limit %s, whose request holds one permit: %w", m.l.Name(), fleetlimit.ErrInvalidConfig)
-	}
-	return nil
 }
 
 // settled is next, whose request reserved rv: it counts what next writes

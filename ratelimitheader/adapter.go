@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fleetlimit/fleetlimit"
+	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
 // Adapter is what an adapter (httplimit, grpclimit) derives from its
@@ -15,23 +16,53 @@ type Adapter struct {
 	// Headers reports whether responses carry the rate-limit headers (or
 	// gRPC metadata): always, unless the limiter is in shadow mode
 	// (fleetlimit.WithShadow) and the adapter was not told to send them
-	// then (shadowHeaders).
+	// then (AdapterConfig.ShadowHeaders).
 	Headers bool
+	// Holds reports that the limiter is a concurrency limit
+	// (algorithm.Holds): each request (or call) holds one permit.
+	Holds bool
 }
 
-// NewAdapter checks what an adapter named name is built from: it returns
-// an error wrapping fleetlimit.ErrInvalidConfig, naming the adapter, for a
-// nil limiter, a missing key function (hasKey false), or the errors its
-// options reported (errs); and otherwise what the adapter derives from l.
-func NewAdapter(name string, l *fleetlimit.Limiter, hasKey, shadowHeaders bool, errs []error) (Adapter, error) {
+// AdapterConfig is what an adapter is built from.
+type AdapterConfig struct {
+	// Name is the adapter's package ("httplimit"), which its errors name,
+	// and Unit what it limits ("request", "call").
+	Name, Unit string
+	Limiter    *fleetlimit.Limiter
+	// HasKey reports a key function; ShadowHeaders, that headers are sent
+	// in shadow mode too; HasCost and HasSettledCost, the options WithCost
+	// and WithSettledCost.
+	HasKey, ShadowHeaders, HasCost, HasSettledCost bool
+	// Errs are the errors the adapter's options reported.
+	Errs []error
+}
+
+// NewAdapter checks what an adapter is built from: it returns an error
+// wrapping fleetlimit.ErrInvalidConfig, naming the adapter, for a nil
+// limiter, a missing key function, the errors its options reported, or a
+// cost option (WithCost, WithSettledCost) beside a concurrency limit,
+// whose request holds one permit whatever its cost; and otherwise what the
+// adapter derives from the limiter.
+func NewAdapter(c AdapterConfig) (Adapter, error) {
+	l, errs := c.Limiter, c.Errs
 	if l == nil {
 		errs = append(errs, errors.New("nil limiter"))
 	}
-	if !hasKey {
+	if !c.HasKey {
 		errs = append(errs, errors.New("nil KeyFunc"))
 	}
 	if len(errs) > 0 {
-		return Adapter{}, fmt.Errorf("%w: %s: %w", fleetlimit.ErrInvalidConfig, name, errors.Join(errs...))
+		return Adapter{}, fmt.Errorf("%w: %s: %w", fleetlimit.ErrInvalidConfig, c.Name, errors.Join(errs...))
 	}
-	return Adapter{Policy: ForLimiter(l), Headers: !l.Shadow() || shadowHeaders}, nil
+	a := Adapter{Policy: ForLimiter(l), Headers: !l.Shadow() || c.ShadowHeaders, Holds: algorithm.Holds(l.Strategy())}
+	option := ""
+	switch {
+	case a.Holds && c.HasCost:
+		option = "WithCost"
+	case a.Holds && c.HasSettledCost:
+		option = "WithSettledCost"
+	default:
+		return a, nil
+	}
+	return Adapter{}, fmt.Errorf("%s: %s with the concurrency limit %s, whose %s holds one permit: %w", c.Name, option, l.Name(), c.Unit, fleetlimit.ErrInvalidConfig)
 }

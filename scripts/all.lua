@@ -39,17 +39,7 @@
 -- Time is read once, so that every member decides at the same instant.
 -- Out of memory: the first write is the first member's, which a Redis over
 -- maxmemory refuses before anything is written (see token_bucket.lua).
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-end
-local n = ARGV[2]
-local peek = ARGV[#ARGV] == 'peek'
-local refund = ARGV[#ARGV] == 'refund'
-local lease = ARGV[#ARGV] == 'lease'
-local charge = ARGV[#ARGV] == 'charge'
-local atmost = ARGV[#ARGV] == 'atmost'
+-- (now, n and the modes: see preamble.lua, which scripts.go prepends)
 
 local args, probes = {}, {}
 local i = 3
@@ -165,17 +155,14 @@ if lease then
     local l = tonumber(probes[m]) - 1
     if limit == nil or l < limit then limit = l end
   end
-  if want == 0 then return flat({0, tonumber(now)}, replies) end
-  local cost = tonumber(n)
-  if cost <= limit and cost <= available then
-    cost = math.min(want, math.max(cost, math.floor(available / 2)))
-  end
+  if want == 0 then return flat({0, now}, replies) end
+  local cost = lease_units(n, limit, available, want)
   local admit, err
   replies, admit, err = decide(cost)
   if err then return err end
   local granted = 0
   if admit then granted = cost end
-  return flat({granted, tonumber(now)}, replies)
+  return flat({granted, now}, replies)
 end
 
 if atmost then
@@ -185,7 +172,7 @@ if atmost then
   -- They are decided as one request, all or none, so that every member is
   -- charged exactly the granted units; with none left somewhere, a request
   -- of 1 is (and denied, no member charged).
-  local cost = tonumber(n)
+  local cost = n
   for m = 1, #member do
     local r = call(m, probes[m], 'peek')
     if r.err then return r end
@@ -195,7 +182,7 @@ if atmost then
   local replies, admit, err = decide(math.max(cost, 1))
   if err then return err end
   if not admit then granted = 0 end
-  return flat({granted, tonumber(now)}, replies)
+  return flat({granted, now}, replies)
 end
 
 local op = ARGV[#ARGV]

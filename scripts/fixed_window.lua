@@ -107,9 +107,7 @@ if lease then
   local want = tonumber(ARGV[#ARGV - 1])
   local available = math.max(0, limit - count)
   if want == 0 then return {0, available, 0, 0, now} end
-  if n <= limit and n <= available then
-    granted = math.min(want, math.max(n, math.floor(available / 2)))
-  end
+  granted = lease_units(n, limit, available, want)
   n = granted
 end
 

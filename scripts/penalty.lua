@@ -18,10 +18,9 @@
 --              was; "lease" on a lease, after ARGV[#ARGV-3..#ARGV-1] =
 --              back_at, back, want (below); "ahead" on a lease taken
 --              ahead, after the same three (below); "atmost" on a partial
---              grant (below)
---              back_at, back, want (below); "charge" after
---              ARGV[#ARGV-1] = the debt cap: the inner strategy is charged
---              n past its limit, the ban is as it was
+--              grant (below); "charge" after ARGV[#ARGV-1] = the debt
+--              cap: the inner strategy is charged n past its limit, the
+--              ban is as it was
 -- Returns {mode, wait_us, 0, 0} followed by the inner script's reply;
 -- algorithm.Penalize reads them (mode 0: the inner decision stands; 1: this
 -- denial starts a ban of wait_us; 2: banned for wait_us more, the inner
@@ -50,18 +49,11 @@
 -- Out of memory: the penalty's only write, after a denial, is made with
 -- pcall, so a Redis over maxmemory still answers the decision; the denial
 -- goes uncounted.
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-end
-local t = tonumber(now)
-local peek = ARGV[#ARGV] == 'peek'
-local refund = ARGV[#ARGV] == 'refund'
+-- (now and the modes: see preamble.lua, which scripts.go prepends; the
+-- mode "ahead" is this driver's own, a lease in every way but one, above)
 local ahead = ARGV[#ARGV] == 'ahead'
-local lease = ARGV[#ARGV] == 'lease' or ahead
-local charge = ARGV[#ARGV] == 'charge'
-local atmost = ARGV[#ARGV] == 'atmost'
+lease = lease or ahead
+local t = now
 local after = tonumber(ARGV[3])
 local within = tonumber(ARGV[4])
 local ban = tonumber(ARGV[5])

@@ -88,8 +88,8 @@ package scripts
 
 import _ "embed"
 
-// preamble reads the calling convention's arguments for the single
-// strategies' scripts, which start with it.
+// preamble reads the calling convention's arguments, and defines the
+// lease's fair share, for every script here, which starts with it.
 //
 //go:embed preamble.lua
 var preamble string
@@ -129,11 +129,11 @@ var all string
 
 // All returns the driver of algorithm.All's script, which the composite
 // completes with its members' scripts (see all.lua for how).
-func All() string { return all }
+func All() string { return preamble + all }
 
 //go:embed penalty.lua
 var penalty string
 
 // Penalty returns the driver of algorithm.Penalize's script, which the
 // penalty box completes with its inner strategy's script (see penalty.lua).
-func Penalty() string { return penalty }
+func Penalty() string { return preamble + penalty }

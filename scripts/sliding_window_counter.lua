@@ -203,9 +203,7 @@ if lease then
     if lowered then keep() end
     return {0, remaining, 0, 0, now}
   end
-  if n <= limit and n <= remaining then
-    granted = math.min(want, math.max(n, math.floor(remaining / 2)))
-  end
+  granted = lease_units(n, limit, remaining, want)
   n = granted
 end
 

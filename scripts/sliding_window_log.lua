@@ -160,9 +160,7 @@ if lease then
   end
   -- The fair share: at most half of what the key has left, unless n alone
   -- needs more; never more than want (see algorithm.Leaser).
-  if n <= limit and n <= max_cost and n <= available then
-    granted = math.min(want, max_cost, math.max(n, math.floor(available / 2)))
-  end
+  granted = lease_units(n, math.min(limit, max_cost), available, math.min(want, max_cost))
   n = granted
 end
 

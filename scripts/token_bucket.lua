@@ -145,9 +145,7 @@ if lease then
   local want = tonumber(ARGV[#ARGV - 1])
   local available = math.floor((C - debt) / P)
   if want == 0 then return {0, available, 0, 0, now} end
-  if n <= burst and n <= available then
-    granted = math.min(want, math.max(n, math.floor(available / 2)))
-  end
+  granted = lease_units(n, burst, available, want)
   n = granted
 end
 

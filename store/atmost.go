@@ -23,21 +23,13 @@ type Granter interface {
 	AtMost(ctx context.Context, req Request) (algorithm.Decision, error)
 }
 
-var (
-	_ Granter = (*Memory)(nil)
-	_ Granter = (*Redis)(nil)
-)
-
 // AtMost runs the strategy's Go partial grant under the key's shard lock.
 // A key it does not hold and that grants nothing is not kept (unless the
 // strategy keeps something of the denial: a penalty box counts it).
 func (m *Memory) AtMost(_ context.Context, req Request) (algorithm.Decision, error) {
-	if m.closed.Load() {
-		return algorithm.Decision{}, ErrClosed
-	}
-	g, ok := req.Strategy.(algorithm.Granter)
-	if !ok {
-		return algorithm.Decision{}, cannotGrant(req.Strategy)
+	g, err := memoryRule[algorithm.Granter](m, req.Strategy, cannotGrant)
+	if err != nil {
+		return algorithm.Decision{}, err
 	}
 	return m.run(req, atMostMode, func(st algorithm.State, now time.Time, n int64) (algorithm.Decision, error) {
 		return g.AtMost(st, now, n)

@@ -25,21 +25,13 @@ type Charger interface {
 	Charge(ctx context.Context, req Request, maxDebt int64) (algorithm.Decision, error)
 }
 
-var (
-	_ Charger = (*Memory)(nil)
-	_ Charger = (*Redis)(nil)
-)
-
 // Charge runs the strategy's Go charge rule under the key's shard lock. A
 // key it does not hold starts fresh, and is kept once the charge recorded
 // something.
 func (m *Memory) Charge(_ context.Context, req Request, maxDebt int64) (algorithm.Decision, error) {
-	if m.closed.Load() {
-		return algorithm.Decision{}, ErrClosed
-	}
-	c, ok := req.Strategy.(algorithm.Charger)
-	if !ok {
-		return algorithm.Decision{}, cannotCharge(req.Strategy)
+	c, err := memoryRule[algorithm.Charger](m, req.Strategy, cannotCharge)
+	if err != nil {
+		return algorithm.Decision{}, err
 	}
 	return m.run(req, chargeMode, func(st algorithm.State, now time.Time, n int64) (algorithm.Decision, error) {
 		return c.Charge(st, now, n, maxDebt)

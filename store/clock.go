@@ -16,11 +16,6 @@ type Clocked interface {
 	Time(ctx context.Context) (time.Time, error)
 }
 
-var (
-	_ Clocked = (*Memory)(nil)
-	_ Clocked = (*Redis)(nil)
-)
-
 // Time returns the store's clock (see WithMemoryClock).
 func (m *Memory) Time(context.Context) (time.Time, error) {
 	if m.closed.Load() {

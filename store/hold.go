@@ -22,11 +22,6 @@ type Holder interface {
 	Hold(ctx context.Context, req Request) (algorithm.Decision, error)
 }
 
-var (
-	_ Holder = (*Memory)(nil)
-	_ Holder = (*Redis)(nil)
-)
-
 // Hold runs the strategy's Go rule for req.Permit under the key's shard
 // lock.
 func (m *Memory) Hold(_ context.Context, req Request) (algorithm.Decision, error) {

@@ -22,11 +22,6 @@ type Leaser interface {
 	Lease(ctx context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error)
 }
 
-var (
-	_ Leaser = (*Memory)(nil)
-	_ Leaser = (*Redis)(nil)
-)
-
 // Lease runs the strategy's Go lease rule under the key's shard lock.
 func (m *Memory) Lease(_ context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
 	l, ok := req.Strategy.(algorithm.Leaser)
@@ -70,15 +65,7 @@ func (r *Redis) Lease(ctx context.Context, req Request, terms algorithm.LeaseTer
 // script's five integers, or what s reads (algorithm.LeaseReplier).
 func parseGrant(reply any, s algorithm.Strategy, n int64) (algorithm.Grant, error) {
 	if rp, ok := s.(algorithm.LeaseReplier); ok {
-		ints, err := replyInts(reply)
-		if err != nil {
-			return algorithm.Grant{}, err
-		}
-		g, err := rp.LeaseReply(ints, n)
-		if err != nil {
-			return algorithm.Grant{}, fmt.Errorf("%w: %w", ErrBadReply, err)
-		}
-		return g, nil
+		return readReply(reply, rp.LeaseReply, n)
 	}
 	vals, ok := reply.([]any)
 	if !ok || len(vals) != 5 {

@@ -13,13 +13,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-var (
-	_ Store    = (*Memory)(nil)
-	_ Resetter = (*Memory)(nil)
-	_ Peeker   = (*Memory)(nil)
-	_ Refunder = (*Memory)(nil)
-)
-
 // memoryShards is the number of independently locked maps; a power of two.
 const memoryShards = 256
 
@@ -179,15 +172,12 @@ func (m *Memory) Peek(_ context.Context, req Request) (algorithm.Decision, error
 // state under its shard lock. A key it does not hold is full: the rule runs
 // on a fresh state, which is dropped.
 func (m *Memory) Refund(_ context.Context, req Request) (algorithm.Decision, error) {
-	if m.closed.Load() {
-		return algorithm.Decision{}, ErrClosed
-	}
-	r, ok := req.Strategy.(algorithm.Refunder)
-	if !ok {
-		return algorithm.Decision{}, notRefundable(req.Strategy)
+	r, err := memoryRule[algorithm.Refunder](m, req.Strategy, notRefundable)
+	if err != nil {
+		return algorithm.Decision{}, err
 	}
 	var d algorithm.Decision
-	err := m.apply(&req, refundMode, r.Refund, &d)
+	err = m.apply(&req, refundMode, r.Refund, &d)
 	return d, err
 }
 
@@ -207,6 +197,21 @@ const (
 
 // rule is a Go rule that apply runs on a key's state.
 type rule = func(algorithm.State, time.Time, int64) (algorithm.Decision, error)
+
+// memoryRule returns s as R, the rule interface of s (algorithm.Refunder,
+// Granter, ...) that an operation of m runs; ErrClosed once m is closed,
+// and cannot's error for a strategy that is not an R.
+func memoryRule[R any](m *Memory, s algorithm.Strategy, cannot func(algorithm.Strategy) error) (R, error) {
+	var r R
+	if m.closed.Load() {
+		return r, ErrClosed
+	}
+	r, ok := s.(R)
+	if !ok {
+		return r, cannot(s)
+	}
+	return r, nil
+}
 
 // run applies rule, for mode, to req.Key's state (a copy of it for a peek)
 // under its shard lock, at req.Now or the store's clock (see apply).

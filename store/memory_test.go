@@ -191,3 +191,23 @@ func TestMemoryDecideToIsDecide(t *testing.T) {
 	require.ErrorIs(t, byPointer.DecideTo(context.Background(), &req, &got), store.ErrClosed)
 	require.Equal(t, algorithm.Decision{}, got)
 }
+
+// A closed Memory refuses every decision with ErrClosed, recording
+// nothing: Decide, Peek and the operations of a rule interface (Refund,
+// AtMost, Charge), which check it before the strategy.
+func TestMemoryClosedRefusesEveryDecision(t *testing.T) {
+	m := store.NewMemory()
+	require.NoError(t, m.Close())
+	ctx := t.Context()
+	req := store.Request{Key: "k", N: 1, Strategy: algorithm.FixedWindow(10, time.Minute)}
+	for name, op := range map[string]func() error{
+		"Decide": func() error { _, err := m.Decide(ctx, req); return err },
+		"Peek":   func() error { _, err := m.Peek(ctx, req); return err },
+		"Refund": func() error { _, err := m.Refund(ctx, req); return err },
+		"AtMost": func() error { _, err := m.AtMost(ctx, req); return err },
+		"Charge": func() error { _, err := m.Charge(ctx, req, -1); return err },
+	} {
+		require.ErrorIs(t, op(), store.ErrClosed, name)
+	}
+	require.Zero(t, m.Len())
+}

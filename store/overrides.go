@@ -10,11 +10,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-var (
-	_ Overrider = (*Memory)(nil)
-	_ Overrider = (*Redis)(nil)
-)
-
 // Overrider is implemented by stores that keep tables of per-key overrides
 // (fleetlimit.WithOverrides): Memory for one process, Redis for a fleet. A
 // table belongs to one limiter (its name is the limiter's key prefix +
@@ -183,23 +178,26 @@ func (m *Memory) Overrides(_ context.Context, table, known string, now time.Time
 	return out, nil
 }
 
+// tableNowLua starts every script of the override tables and the registry:
+// it reads now from the last argument, in integer microseconds since the
+// Unix epoch, or ("0") from the server's TIME, as the decision scripts do.
+const tableNowLua = `
+local now = tonumber(ARGV[#ARGV])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+`
+
 // The Redis tables: one hash per table. Each field is a user key and its
 // value "<deadline µs>|<value>"; the field "" (no user key is empty) holds
 // the version, "<time of the write µs>.<count of writes>", so that a table
 // deleted and written again (FLUSHALL, DEL) never repeats a version a
 // reader knew. Redis 7.0 has no per-field expiry: readers skip expired
 // entries and every write drops them. The hash itself never expires: one
-// small key per limiter that has used overrides.
-//
-// Every script takes the time as its last argument ("0": the server's
-// TIME), as the decision scripts do.
-const overrideNowLua = `
-local now = tonumber(ARGV[#ARGV])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- bump gives the table a new version: the write's time and the count of writes.
+// small key per limiter that has used overrides. The scripts start with
+// tableNowLua.
+const overrideNowLua = tableNowLua + `-- bump gives the table a new version: the write's time and the count of writes.
 local function bump(k)
   local n = tonumber(string.match(redis.call('HGET', k, '') or '', '%.(%d+)$') or '0') + 1
   redis.call('HSET', k, '', string.format('%d.%d', now, n))
@@ -269,13 +267,7 @@ func (r *Redis) runAdmin(ctx context.Context, s *algorithm.Script, key string, a
 		return nil, ErrClosed
 	}
 	keys := []string{key}
-	var reply any
-	var err error
-	if r.bounded {
-		reply, err = r.run(ctx, s, keys, args)
-	} else {
-		reply, err = abandonable(ctx, func(ctx context.Context) (any, error) { return r.run(ctx, s, keys, args) })
-	}
+	reply, err := r.within(ctx, func(ctx context.Context) (any, error) { return r.run(ctx, s, keys, args) })
 	if err != nil {
 		return nil, r.failed(ctx, key, err)
 	}

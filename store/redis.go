@@ -18,13 +18,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 )
 
-var (
-	_ Store    = (*Redis)(nil)
-	_ Resetter = (*Redis)(nil)
-	_ Peeker   = (*Redis)(nil)
-	_ Refunder = (*Redis)(nil)
-)
-
 // Redis is a store shared by every process that points at the same Redis:
 // each decision is one EVALSHA of the strategy's Lua twin, which reads and
 // writes one key atomically inside Redis. Decisions from a whole fleet on one
@@ -401,13 +394,7 @@ func (r *Redis) Reset(ctx context.Context, req Request) error {
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	del := func(ctx context.Context) (any, error) { return r.client.Del(ctx, keys...).Result() }
-	var err error
-	if r.bounded {
-		_, err = del(ctx)
-	} else {
-		_, err = abandonable(ctx, del)
-	}
+	_, err := r.within(ctx, func(ctx context.Context) (any, error) { return r.client.Del(ctx, keys...).Result() })
 	if err != nil {
 		return r.failed(ctx, keys[0], err)
 	}
@@ -448,6 +435,16 @@ func abandonable(ctx context.Context, call func(context.Context) (any, error)) (
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// within runs call bounded by ctx: directly when the client ends a call at
+// its context's deadline (bounded), else abandonable. The decision path
+// (eval) writes the same choice out, to make no closure when bounded.
+func (r *Redis) within(ctx context.Context, call func(context.Context) (any, error)) (any, error) {
+	if r.bounded {
+		return call(ctx)
+	}
+	return abandonable(ctx, call)
 }
 
 // redisError gives a failed call context and its class: ErrWrongType or
@@ -560,15 +557,22 @@ func parseReply(reply any, limit int64) (algorithm.Decision, error) {
 // parseLongReply reads the reply of a strategy whose script returns more
 // than the calling convention's four integers (algorithm.Replier).
 func parseLongReply(reply any, rp algorithm.Replier, n int64) (algorithm.Decision, error) {
+	return readReply(reply, rp.Reply, n)
+}
+
+// readReply is a reply of integers as the strategy's read reads them, for
+// a request of cost n; what read refuses is ErrBadReply.
+func readReply[T any](reply any, read func([]int64, int64) (T, error), n int64) (T, error) {
+	var zero T
 	ints, err := replyInts(reply)
 	if err != nil {
-		return algorithm.Decision{}, err
+		return zero, err
 	}
-	d, err := rp.Reply(ints, n)
+	v, err := read(ints, n)
 	if err != nil {
-		return algorithm.Decision{}, fmt.Errorf("%w: %w", ErrBadReply, err)
+		return zero, fmt.Errorf("%w: %w", ErrBadReply, err)
 	}
-	return d, nil
+	return v, nil
 }
 
 // replyInts reads a script's reply as a list of integers.

@@ -14,11 +14,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-var (
-	_ Registrar = (*Memory)(nil)
-	_ Registrar = (*Redis)(nil)
-)
-
 // RegistryKeyPrefix starts the key of every name in the fleet's registry
 // (fleetlimit.WithRegistry): one Redis hash per limiter name,
 // RegistryKeyPrefix + name. A name's data is that one key, so it lives in
@@ -194,15 +189,8 @@ func (m *Memory) Registry(_ context.Context, now time.Time) ([]RegistryEntry, bo
 // Redis 7.0 has no per-field expiry: every write drops the expired
 // entries and sets the hash's own expiry to its latest deadline, so a
 // name whose instances all stopped disappears with the last of them, and
-// readers skip expired entries. Every script takes the time as its last
-// argument ("0": the server's TIME), as the decision scripts do.
-const registryNowLua = `
-local now = tonumber(ARGV[#ARGV])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- live appends {instance, ttl µs, age µs, value} of each live entry of
+// readers skip expired entries. The scripts start with tableNowLua.
+const registryNowLua = tableNowLua + `-- live appends {instance, ttl µs, age µs, value} of each live entry of
 -- the hash to out, and returns the latest deadline seen (0: none); with
 -- prune, it deletes the expired entries.
 local function live(k, out, prune)
@@ -339,13 +327,7 @@ func (r *Redis) registryKeys(ctx context.Context) ([]string, bool, error) {
 		}
 		return nil, scan(ctx, r.client)
 	}
-	var err error
-	if r.bounded {
-		_, err = each(ctx)
-	} else {
-		_, err = abandonable(ctx, each)
-	}
-	if err != nil {
+	if _, err := r.within(ctx, each); err != nil {
 		return nil, false, err
 	}
 	keys := make([]string, 0, len(seen))

@@ -24,8 +24,6 @@ type Sharded interface {
 	Shard(key string) string
 }
 
-var _ Sharded = (*Redis)(nil)
-
 // shards is what a Redis store keeps per shard of a Cluster or Ring client.
 // Shards are added as they are seen and never removed: they are the
 // client's servers, few and long-lived.

@@ -10,6 +10,24 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
+// The interfaces each store implements, one row each: Memory and Redis
+// implement every optional one (a caller finds out by a type assertion)
+// but Sharded, which only Redis does.
+var (
+	_, _ Store     = (*Memory)(nil), (*Redis)(nil)
+	_, _ Resetter  = (*Memory)(nil), (*Redis)(nil)
+	_, _ Peeker    = (*Memory)(nil), (*Redis)(nil)
+	_, _ Refunder  = (*Memory)(nil), (*Redis)(nil)
+	_, _ Leaser    = (*Memory)(nil), (*Redis)(nil)
+	_, _ Granter   = (*Memory)(nil), (*Redis)(nil)
+	_, _ Charger   = (*Memory)(nil), (*Redis)(nil)
+	_, _ Holder    = (*Memory)(nil), (*Redis)(nil)
+	_, _ Clocked   = (*Memory)(nil), (*Redis)(nil)
+	_, _ Overrider = (*Memory)(nil), (*Redis)(nil)
+	_, _ Registrar = (*Memory)(nil), (*Redis)(nil)
+	_    Sharded   = (*Redis)(nil)
+)
+
 // Store executes strategies atomically. Implementations are safe for
 // concurrent use.
 type Store interface {

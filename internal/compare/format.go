@@ -241,18 +241,26 @@ func (rep *Report) writeText(w io.Writer) error {
 			b.WriteByte('\n')
 		}
 	}
-	b.WriteByte('\n')
-	for _, l := range rep.Legend() {
-		b.WriteString(l + "\n")
-	}
-	if head, rows, notes := rep.projectionCells(); head != nil {
-		textSection(&b, "Memory projection", head, rows, notes, 1)
-	}
-	if head, rows, notes := rep.concurrencyCells(); head != nil {
-		textSection(&b, "Concurrency: an in-flight limit against rate limits", head, rows, notes, 3)
-	}
+	rep.writeTail(&b, "", textSection)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeTail writes what follows the report's main table, in either
+// format: the legend, a line each after bullet, then the memory projection
+// and the concurrency comparison, when the report has them, each by
+// section.
+func (rep *Report) writeTail(b *strings.Builder, bullet string, section func(b *strings.Builder, title string, head []string, rows [][]string, notes []string, left int)) {
+	b.WriteByte('\n')
+	for _, l := range rep.Legend() {
+		b.WriteString(bullet + l + "\n")
+	}
+	if head, rows, notes := rep.projectionCells(); head != nil {
+		section(b, "Memory projection", head, rows, notes, 1)
+	}
+	if head, rows, notes := rep.concurrencyCells(); head != nil {
+		section(b, "Concurrency: an in-flight limit against rate limits", head, rows, notes, 3)
+	}
 }
 
 // textSection writes a table of its own under title, its first left
@@ -325,16 +333,7 @@ func (rep *Report) writeMarkdown(w io.Writer) error {
 			b.WriteString("|\n")
 		}
 	}
-	b.WriteByte('\n')
-	for _, l := range rep.Legend() {
-		b.WriteString("- " + l + "\n")
-	}
-	if head, rows, notes := rep.projectionCells(); head != nil {
-		markdownSection(&b, "Memory projection", head, rows, notes, 1)
-	}
-	if head, rows, notes := rep.concurrencyCells(); head != nil {
-		markdownSection(&b, "Concurrency: an in-flight limit against rate limits", head, rows, notes, 3)
-	}
+	rep.writeTail(&b, "- ", markdownSection)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -9,19 +9,14 @@ import (
 // Log is a slog.Handler that keeps every record it is given, at every
 // level: to check what a component logs, and how often. Attributes and
 // groups added with Logger.With are dropped. Safe for concurrent use.
-type Log struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
+type Log struct{ kept[slog.Record] }
 
 // Enabled reports true: every level is kept.
 func (l *Log) Enabled(context.Context, slog.Level) bool { return true }
 
 // Handle keeps r.
 func (l *Log) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.records = append(l.records, r.Clone())
+	l.keep(r.Clone())
 	return nil
 }
 
@@ -31,13 +26,25 @@ func (l *Log) WithAttrs([]slog.Attr) slog.Handler { return l }
 // WithGroup returns l: the group is dropped.
 func (l *Log) WithGroup(string) slog.Handler { return l }
 
-// Take returns the records since the last Take.
-func (l *Log) Take() []slog.Record {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r := l.records
-	l.records = nil
-	return r
+// kept is what a spy keeps: kept by one goroutine, taken by another.
+type kept[T any] struct {
+	mu    sync.Mutex
+	items []T
+}
+
+func (k *kept[T]) keep(v T) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.items = append(k.items, v)
+}
+
+// Take returns what was kept since the last Take.
+func (k *kept[T]) Take() []T {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	items := k.items
+	k.items = nil
+	return items
 }
 
 // Attrs returns a record's attributes by key.

@@ -5,7 +5,6 @@ package spy
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 
 	"github.com/fleetlimit/fleetlimit"
@@ -27,23 +26,7 @@ func (s *Store) Decide(ctx context.Context, req store.Request) (algorithm.Decisi
 }
 
 // Observer keeps every event it is told about. Safe for concurrent use.
-type Observer struct {
-	mu     sync.Mutex
-	events []fleetlimit.Event
-}
+type Observer struct{ kept[fleetlimit.Event] }
 
 // Observe keeps e.
-func (o *Observer) Observe(e fleetlimit.Event) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.events = append(o.events, e)
-}
-
-// Take returns the events since the last Take.
-func (o *Observer) Take() []fleetlimit.Event {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	ev := o.events
-	o.events = nil
-	return ev
-}
+func (o *Observer) Observe(e fleetlimit.Event) { o.keep(e) }
