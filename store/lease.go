@@ -24,12 +24,12 @@ type Leaser interface {
 
 // Lease runs the strategy's Go lease rule under the key's shard lock.
 func (m *Memory) Lease(_ context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
-	l, ok := req.Strategy.(algorithm.Leaser)
-	if !ok {
-		return algorithm.Grant{}, cannotLease(req.Strategy)
+	l, err := memoryRule[algorithm.Leaser](m, req.Strategy, cannotLease)
+	if err != nil {
+		return algorithm.Grant{}, err
 	}
 	var g algorithm.Grant
-	_, err := m.run(req, leaseMode, func(st algorithm.State, now time.Time, n int64) (algorithm.Decision, error) {
+	_, err = m.run(req, leaseMode, func(st algorithm.State, now time.Time, n int64) (algorithm.Decision, error) {
 		var err error
 		g, err = l.Lease(st, now, n, terms)
 		return algorithm.Decision{Allowed: g.Units > 0}, err

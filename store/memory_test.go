@@ -194,7 +194,7 @@ func TestMemoryDecideToIsDecide(t *testing.T) {
 
 // A closed Memory refuses every decision with ErrClosed, recording
 // nothing: Decide, Peek and the operations of a rule interface (Refund,
-// AtMost, Charge), which check it before the strategy.
+// AtMost, Charge, Lease), which check it before the strategy.
 func TestMemoryClosedRefusesEveryDecision(t *testing.T) {
 	m := store.NewMemory()
 	require.NoError(t, m.Close())
@@ -206,6 +206,7 @@ func TestMemoryClosedRefusesEveryDecision(t *testing.T) {
 		"Refund": func() error { _, err := m.Refund(ctx, req); return err },
 		"AtMost": func() error { _, err := m.AtMost(ctx, req); return err },
 		"Charge": func() error { _, err := m.Charge(ctx, req, -1); return err },
+		"Lease":  func() error { _, err := m.Lease(ctx, req, algorithm.LeaseTerms{Want: 4}); return err },
 	} {
 		require.ErrorIs(t, op(), store.ErrClosed, name)
 	}
