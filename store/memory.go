@@ -131,12 +131,9 @@ func monotonicClock() func() time.Time {
 // Decide runs req.Strategy's Go rule on req.Key's state under its shard lock.
 // It never blocks on I/O, so ctx and req.Timeout are not consulted. A time
 // behind the sweep horizon is judged at the horizon (see Sweep).
-func (m *Memory) Decide(_ context.Context, req Request) (algorithm.Decision, error) {
-	if m.closed.Load() {
-		return algorithm.Decision{}, ErrClosed
-	}
+func (m *Memory) Decide(ctx context.Context, req Request) (algorithm.Decision, error) {
 	var d algorithm.Decision
-	err := m.apply(&req, decideMode, nil, &d)
+	err := m.DecideTo(ctx, &req, &d)
 	return d, err
 }
 
