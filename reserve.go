@@ -192,11 +192,9 @@ func (r Reservation) Estimate() int64 { return r.estimate }
 // key stays within its bound: what was charged was admitted or capped.
 // Count or log the error (the Observer has it, Event.Settle with Err) as
 // work that may have gone uncounted; do not charge the difference some
-// other way, since it may have been charged already. Exactly once needs a
-// client that does not resend by itself: a go-redis client with MaxRetries
-// above 0 (go-redis's default is 3) resends a command whose connection
-// broke, which can run a charge twice; build it with MaxRetries: -1. The Observer sees every
-// settle that goes to a store (Event.Settle): not one at the estimate, nor
+// other way, since it may have been charged already. store.Redis never
+// lets go-redis resend a script, whatever the client's MaxRetries, so a
+// charge is never run twice. The Observer sees every settle that goes to a store (Event.Settle): not one at the estimate, nor
 // one of a reservation that charged nothing.
 //
 // A settle is made under the reservation's rule: the key's rule when

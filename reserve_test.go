@@ -363,7 +363,7 @@ func TestSettleFailureNeverChargesTwice(t *testing.T) {
 	ctx := context.Background()
 	mr := miniredis.RunT(t)
 	p := redistest.NewProxy(t, mr.Addr())
-	client := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	client := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true}) // go-redis's MaxRetries: 3
 	t.Cleanup(func() { _ = client.Close() })
 	st := &countingCharger{Redis: stores.Redis(t, client)}
 	obs := &spy.Observer{}

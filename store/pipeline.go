@@ -225,7 +225,7 @@ func (r *Redis) runBatch(ctx context.Context, batch []*call) {
 	pipe := r.pipeline()
 	for _, c := range batch {
 		c.cmd = evalshaCmd(ctx, c.argv)
-		_ = pipe.Process(ctx, c.cmd)
+		_ = pipe.Process(ctx, once{c.cmd})
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 	r.pipes.Put(pipe)
@@ -236,7 +236,7 @@ func (r *Redis) runBatch(ctx context.Context, batch []*call) {
 				retry = r.pipeline()
 			}
 			c.cmd = evalshaCmd(ctx, asEval(c.script, c.argv))
-			_ = retry.Process(ctx, c.cmd)
+			_ = retry.Process(ctx, once{c.cmd})
 		}
 	}
 	if retry != nil {

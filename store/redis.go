@@ -303,13 +303,13 @@ func shaOf(s *algorithm.Script) any {
 // server does not have the script, the same line as EVAL of its source.
 func runArgv(ctx context.Context, c redis.UniversalClient, s *algorithm.Script, argv []any) (any, error) {
 	cmd := evalshaCmd(ctx, argv)
-	_ = c.Process(ctx, cmd)
+	_ = c.Process(ctx, once{cmd})
 	reply, err := cmd.Result()
 	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return reply, err
 	}
 	cmd = evalshaCmd(ctx, asEval(s, argv))
-	_ = c.Process(ctx, cmd)
+	_ = c.Process(ctx, once{cmd})
 	return cmd.Result()
 }
 
@@ -320,6 +320,18 @@ func evalshaCmd(ctx context.Context, argv []any) *redis.Cmd {
 	cmd.SetFirstKeyPos(3)
 	return cmd
 }
+
+// once is a script's command as it is handed to go-redis, which must never
+// send it twice: go-redis resends a command whose connection failed (up to
+// the client's MaxRetries, 3 by default), and a script that did run before
+// the connection failed would run again, charging its request twice (a
+// decision, a refund, a lease's hand-back, a settle). A command go-redis
+// knows it never wrote is still sent again (its first send); one that may
+// have reached Redis fails, and the failure policy decides.
+type once struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to resend the command (redis.Cmder).
+func (once) NoRetry() bool { return true }
 
 // asEval is argv, an EVALSHA of s, as an EVAL of s's source.
 func asEval(s *algorithm.Script, argv []any) []any {
