@@ -156,12 +156,11 @@ func (b *combiner) sendAll(batch []*call) {
 }
 
 // send runs a batch as one pipeline (EVAL for any script the server lacks)
-// and hands each caller its outcome. Its reads and writes are bounded by
-// the latest deadline among the batch's callers (see sendContext), or only
-// by the client's own timeouts if one of them has no deadline; each caller
-// stops waiting at its own.
+// and hands each caller its outcome. It is bounded by the latest deadline
+// among the batch's callers, or only by the client's own timeouts if one of
+// them has no deadline; each caller stops waiting at its own.
 func (b *combiner) send(batch []*call) {
-	var ctx context.Context = sendContext{}
+	ctx := context.Background()
 	var deadline time.Time
 	for _, c := range batch {
 		d, ok := c.ctx.Deadline()
@@ -174,7 +173,9 @@ func (b *combiner) send(batch []*call) {
 		}
 	}
 	if !deadline.IsZero() {
-		ctx = sendContext{deadline: deadline}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
 	b.r.runBatch(ctx, batch)
 
@@ -189,33 +190,6 @@ func (b *combiner) send(batch []*call) {
 	}
 	b.mu.Unlock()
 }
-
-// sendContext is the context of a batch's round trip: a deadline (none
-// when zero), never cancelled and never done. The combiner runs only over
-// a client that honours context deadlines (Redis.bounded), which sets its
-// connections' read and write deadlines from Deadline: a server that does
-// not answer is given up at the deadline, as with context.WithDeadline,
-// without WithDeadline's four allocations a batch (its context, timer,
-// Done channel and cancel func). What it does not bound is a wait for the
-// client's pool (PoolTimeout bounds it) and the pause before a retry (the
-// write of a retry after the deadline fails at once, sending nothing):
-// the batch's callers, who each stop waiting at their own deadline, wait
-// for neither.
-type sendContext struct{ deadline time.Time }
-
-// Deadline is the batch's latest deadline; ok is false when it has none.
-func (c sendContext) Deadline() (deadline time.Time, ok bool) {
-	return c.deadline, !c.deadline.IsZero()
-}
-
-// Done is nil: the context is never done.
-func (sendContext) Done() <-chan struct{} { return nil }
-
-// Err is nil: the context is never done.
-func (sendContext) Err() error { return nil }
-
-// Value holds no values.
-func (sendContext) Value(any) any { return nil }
 
 // runBatch sends the batch's EVALSHAs in one pipeline, then the scripts of
 // any that met NOSCRIPT with EVAL in a second one; each call's cmd holds
