@@ -209,6 +209,9 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) error {
 				if calls < 2*int64(len(a.keys)) {
 					break // too short a run (-quick) to have visited every key
 				}
+				if a.s.c.id == "fl-sl" && walkTime(res.series, a.s, len(a.keys)) > slLogLife {
+					break // the walk comes back to a user after its log has expired
+				}
 				// INCR's keys never expire: all of them existing shows the
 				// walk covered every user, not a prefix of the key set. The
 				// log's live 10 s after their last decision, and with a dozen
@@ -520,4 +523,34 @@ func quiesced(c *contender) error {
 		return fmt.Errorf("%s: handing back its leases: %w", c.name, err)
 	}
 	return nil
+}
+
+// slLogLife is how long the bench's sliding log keeps a user's key after
+// its last decision: its window (contenders.go, "fl-sl" at 10,000 keys).
+const slLogLife = 10 * time.Second
+
+// walkTime estimates how long s's walk over n users takes to come back to
+// one: the rounds one walk needs (n over s's calls per round) times a
+// round of the whole scenario (every contender's mean round, all of
+// scenario, since the contenders take turns).
+func walkTime(scenario []*series, s *series, n int) time.Duration {
+	var cycle time.Duration
+	for _, o := range scenario {
+		var sum time.Duration
+		for _, x := range o.samples {
+			sum += x.elapsed
+		}
+		if len(o.samples) > 0 {
+			cycle += sum / time.Duration(len(o.samples))
+		}
+	}
+	var calls int64
+	for _, x := range s.samples {
+		calls += x.calls()
+	}
+	if calls == 0 {
+		return 0
+	}
+	perRound := float64(calls) / float64(len(s.samples))
+	return time.Duration(float64(n) / perRound * float64(cycle))
 }
