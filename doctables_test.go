@@ -32,9 +32,11 @@ const (
 // run (allocator noise, the machine's latency): a test cannot hold them.
 var noisyColumns = []string{"used_memory/key", "p50", "p99"}
 
-// bytesTolerance is how far a bytes/key figure may move from run to run: a
-// sorted set past 128 members is a skiplist, whose nodes' levels are
-// random (0.06% seen for a sliding log of 1,000).
+// bytesTolerance is how far a bytes/key figure, and its projection to many
+// keys, may move from run to run (beyond the projection's rounding as
+// printed): a sorted set past 128 members is a skiplist, whose nodes'
+// levels are random (0.06% seen for a sliding log of 1,000; 102,398
+// against 102,441 B, so 1.02 against 1.03 GB for 10,000 keys).
 const bytesTolerance = 0.005
 
 // blockLine is a line of the generated block, with the indexes of its
@@ -71,7 +73,7 @@ func maskNoisy(block string) []blockLine {
 				if slices.Contains(noisyColumns, c) {
 					noisy = append(noisy, j)
 				}
-				if c == "bytes/key" {
+				if c == "bytes/key" || strings.HasSuffix(c, " keys") { // a key's bytes, or their projection
 					bytesCols = append(bytesCols, j)
 				}
 			}
@@ -89,7 +91,7 @@ func maskNoisy(block string) []blockLine {
 }
 
 // sameLine reports whether the page's line w and the run's g agree: equal,
-// but for bytes cells within bytesTolerance.
+// but for bytes cells within bytesTolerance (and their rounding).
 func sameLine(w, g blockLine) bool {
 	if w.text == g.text {
 		return true
@@ -105,9 +107,9 @@ func sameLine(w, g blockLine) bool {
 		if !slices.Contains(w.bytes, i) {
 			return false
 		}
-		a, _, ok1 := parseSize(strings.Trim(wc[i], "| "))
-		b, _, ok2 := parseSize(strings.Trim(gc[i], "| "))
-		if !ok1 || !ok2 || math.Abs(a-b) > bytesTolerance*b {
+		a, ha, ok1 := parseSize(strings.Trim(wc[i], "| "))
+		b, hb, ok2 := parseSize(strings.Trim(gc[i], "| "))
+		if !ok1 || !ok2 || math.Abs(a-b) > bytesTolerance*b+ha+hb {
 			return false
 		}
 	}
@@ -452,5 +454,26 @@ func TestLeaseRemainingAsDocumented(t *testing.T) {
 	}
 	if leases[3] != strconv.FormatInt(inStore, 10) || leases[4] != strconv.FormatInt(inLease, 10) {
 		t.Errorf("docs/leases.md: %s left in the store and %s in the lease after the second request; the store holds %d, the lease %d", leases[3], leases[4], inStore, inLease)
+	}
+}
+
+// A memory row of the comparison matches its run within the skiplist's
+// noise and the projection's rounding, and not beyond: the row of a CI run
+// (102,441 B, 1.03 GB) against the page's (102,398 B, 1.02 GB) agrees; the
+// same row 2% larger does not; a cell outside the bytes columns must be
+// equal.
+func TestSameLineToleratesSkiplistNoise(t *testing.T) {
+	table := func(row string) []blockLine {
+		return maskNoisy("caption\n| algorithm | limit | key name | bytes/key | 10,000 keys | 1,000,000 keys | 10,000,000 keys |\n|:---|---:|---:|---:|---:|---:|---:|\n" + row + "\n")
+	}
+	page := table("| sliding_window_log | 1,000 | 50 B | 102,398 | 1.02 GB | 102 GB | 1.02 TB |")[2]
+	for row, want := range map[string]bool{
+		"| sliding_window_log | 1,000 | 50 B | 102,441 | 1.03 GB | 102 GB | 1.03 TB |": true,
+		"| sliding_window_log | 1,000 | 50 B | 104,446 | 1.04 GB | 104 GB | 1.04 TB |": false,
+		"| sliding_window_log | 1,000 | 51 B | 102,398 | 1.02 GB | 102 GB | 1.02 TB |": false,
+	} {
+		if got := sameLine(page, table(row)[2]); got != want {
+			t.Errorf("%s: sameLine %v, want %v", row, got, want)
+		}
 	}
 }
