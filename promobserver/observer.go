@@ -118,35 +118,29 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 		return nil, fmt.Errorf("%w: promobserver: nil Registerer", fleetlimit.ErrInvalidConfig)
 	}
 	o := &Observer{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetlimit_decisions_total",
-			Help: "Rate-limit decisions, by limiter and outcome (allowed, denied, degraded-allowed, degraded-denied, caller-gone).",
-		}, []string{"limiter", "outcome"}),
-		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetlimit_cost_total",
-			Help: "Cost (AllowN's n) of rate-limit decisions, by limiter and result (admitted, denied).",
-		}, []string{"limiter", "result"}),
-		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetlimit_shadow_admissions_total",
-			Help: "Denials that a limiter in shadow mode let through.",
-		}, []string{"limiter"}),
+		decisions: counter("fleetlimit_decisions_total",
+			"Rate-limit decisions, by limiter and outcome (allowed, denied, degraded-allowed, degraded-denied, caller-gone).",
+			"limiter", "outcome"),
+		cost: counter("fleetlimit_cost_total",
+			"Cost (AllowN's n) of rate-limit decisions, by limiter and result (admitted, denied).",
+			"limiter", "result"),
+		shadow: counter("fleetlimit_shadow_admissions_total",
+			"Denials that a limiter in shadow mode let through.",
+			"limiter"),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleetlimit_decision_duration_seconds",
 			Help:    "Time to make a rate-limit decision, the store's round trip included.",
 			Buckets: latencyBuckets,
 		}, []string{"limiter"}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetlimit_store_errors_total",
-			Help: "Decisions the store did not make, by limiter and cause (timeout, circuit-open, rejected, unavailable).",
-		}, []string{"limiter", "cause"}),
-		local: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetlimit_local_decisions_total",
-			Help: "Rate-limit decisions made in process with no round trip to the store, by limiter and by what made them (lease, cache).",
-		}, []string{"limiter", "by"}),
-		permitOps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetlimit_permit_operations_total",
-			Help: "Operations on a concurrency limit's permits, by limiter, op (acquire, release, renew) and outcome (allowed, denied, degraded-allowed, degraded-denied, caller-gone).",
-		}, []string{"limiter", "op", "outcome"}),
+		storeErrors: counter("fleetlimit_store_errors_total",
+			"Decisions the store did not make, by limiter and cause (timeout, circuit-open, rejected, unavailable).",
+			"limiter", "cause"),
+		local: counter("fleetlimit_local_decisions_total",
+			"Rate-limit decisions made in process with no round trip to the store, by limiter and by what made them (lease, cache).",
+			"limiter", "by"),
+		permitOps: counter("fleetlimit_permit_operations_total",
+			"Operations on a concurrency limit's permits, by limiter, op (acquire, release, renew) and outcome (allowed, denied, degraded-allowed, degraded-denied, caller-gone).",
+			"limiter", "op", "outcome"),
 		breaker: prometheus.NewDesc("fleetlimit_breaker_state",
 			"State of the limiter's circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"limiter"}, nil),
 	}
@@ -156,6 +150,11 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 		}
 	}
 	return o, nil
+}
+
+// counter is a counter vector named name, with help and the labels given.
+func counter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
 // outcome is the index in outcomeNames of e's outcome.
