@@ -86,54 +86,49 @@
 // holds exactly; time is never a float of seconds.
 package scripts
 
-import _ "embed"
+import "embed"
 
-// preamble reads the calling convention's arguments, and defines the
-// lease's fair share, for every script here, which starts with it.
+// files holds the scripts: preamble.lua and one file a script.
 //
-//go:embed preamble.lua
-var preamble string
+//go:embed *.lua
+var files embed.FS
 
-//go:embed sliding_window_log.lua
-var slidingWindowLog string
+// withPreamble is the script in file name with preamble.lua before it: the
+// preamble reads the calling convention's arguments, and defines the
+// lease's fair share, for every script here. It panics if name is not a
+// file here, which the functions below rule out.
+func withPreamble(name string) string {
+	return read("preamble.lua") + read(name)
+}
+
+// read is the text of the embedded file name.
+func read(name string) string {
+	b, err := files.ReadFile(name)
+	if err != nil {
+		panic("scripts: " + err.Error())
+	}
+	return string(b)
+}
 
 // SlidingWindowLog returns the Lua twin of algorithm.SlidingWindowLog.
-func SlidingWindowLog() string { return preamble + slidingWindowLog }
-
-//go:embed token_bucket.lua
-var tokenBucket string
+func SlidingWindowLog() string { return withPreamble("sliding_window_log.lua") }
 
 // TokenBucket returns the Lua twin of algorithm.TokenBucket.
-func TokenBucket() string { return preamble + tokenBucket }
-
-//go:embed fixed_window.lua
-var fixedWindow string
+func TokenBucket() string { return withPreamble("token_bucket.lua") }
 
 // FixedWindow returns the Lua twin of algorithm.FixedWindow.
-func FixedWindow() string { return preamble + fixedWindow }
-
-//go:embed sliding_window_counter.lua
-var slidingWindowCounter string
+func FixedWindow() string { return withPreamble("fixed_window.lua") }
 
 // SlidingWindowCounter returns the Lua twin of algorithm.SlidingWindowCounter.
-func SlidingWindowCounter() string { return preamble + slidingWindowCounter }
-
-//go:embed concurrency.lua
-var concurrency string
+func SlidingWindowCounter() string { return withPreamble("sliding_window_counter.lua") }
 
 // Concurrency returns the Lua twin of algorithm.Concurrency.
-func Concurrency() string { return preamble + concurrency }
-
-//go:embed all.lua
-var all string
+func Concurrency() string { return withPreamble("concurrency.lua") }
 
 // All returns the driver of algorithm.All's script, which the composite
 // completes with its members' scripts (see all.lua for how).
-func All() string { return preamble + all }
-
-//go:embed penalty.lua
-var penalty string
+func All() string { return withPreamble("all.lua") }
 
 // Penalty returns the driver of algorithm.Penalize's script, which the
 // penalty box completes with its inner strategy's script (see penalty.lua).
-func Penalty() string { return preamble + penalty }
+func Penalty() string { return withPreamble("penalty.lua") }
