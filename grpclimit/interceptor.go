@@ -101,10 +101,12 @@ type Interceptor struct {
 	methods        map[string]bool // nil: every method
 	passOnKeyError bool
 	shadowMetadata bool
-	metadata       bool // send rate-limit metadata: not a shadow limiter, or shadowMetadata
-	policy         ratelimitheader.Policy
-	holds          bool       // l is a concurrency limit: Acquire, and hold the permit while the handler runs
 	settle         SettleFunc // WithSettledCost: Reserve, and settle once the handler returns (settle.go)
+	// adapter is what New derived from l: its policy, whether to send
+	// rate-limit metadata (Headers: not a shadow limiter, or
+	// shadowMetadata), and whether l is a concurrency limit (Holds:
+	// Acquire, and hold the permit while the handler runs).
+	adapter ratelimitheader.Adapter
 }
 
 // New returns the interceptors that charge every call to the client key
@@ -147,16 +149,13 @@ type Interceptor struct {
 // earliest held permit expires, an upper bound), and WithCost is refused.
 func New(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (*Interceptor, error) {
 	i := &Interceptor{l: l, key: key}
-	var errs []error
-	for _, o := range opts {
-		o.apply(i, &errs)
-	}
-	a, err := ratelimitheader.NewAdapter(ratelimitheader.AdapterConfig{Name: "grpclimit", Unit: "call", Limiter: l, HasKey: key != nil,
+	errs := ratelimitheader.Apply(i, opts, Option.apply)
+	var err error
+	i.adapter, err = ratelimitheader.NewAdapter(ratelimitheader.AdapterConfig{Name: "grpclimit", Unit: "call", Limiter: l, HasKey: key != nil,
 		ShadowHeaders: i.shadowMetadata, HasCost: i.cost != nil, HasSettledCost: i.settle != nil, Errs: errs})
 	if err != nil {
 		return nil, err
 	}
-	i.policy, i.metadata, i.holds = a.Policy, a.Headers, a.Holds
 	return i, nil
 }
 
@@ -266,7 +265,7 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, setHead
 	// ResourceExhausted.
 	var res fleetlimit.Result
 	switch {
-	case i.holds:
+	case i.adapter.Holds:
 		h.permit, res, err = i.l.Acquire(fleetlimit.ContextWithRoute(ctx, method), key)
 	case i.settle != nil:
 		h.reservation, res, err = i.l.Reserve(fleetlimit.ContextWithRoute(ctx, method), key, min(n, algorithm.MaxInt))
@@ -279,8 +278,8 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, setHead
 		return status.FromContextError(ctx.Err()).Err()
 	case err == nil:
 		canPass := res.Allowed || n <= res.Limit
-		if i.metadata {
-			f := i.policy.Fields(res, canPass)
+		if i.adapter.Headers {
+			f := i.adapter.Policy.Fields(res, canPass)
 			_ = setHeader(metadata.Pairs(MetadataRateLimitPolicy, f.Policy, MetadataRateLimit, f.RateLimit))
 		}
 		switch {
@@ -298,8 +297,8 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, setHead
 		return status.Errorf(codes.Internal, "grpclimit: %s: rate limiter misconfigured", i.l.Name())
 	default:
 		// Degraded: the store did not decide.
-		if i.metadata {
-			_ = setHeader(metadata.Pairs(MetadataRateLimitPolicy, i.policy.String()))
+		if i.adapter.Headers {
+			_ = setHeader(metadata.Pairs(MetadataRateLimitPolicy, i.adapter.Policy.String()))
 		}
 		if res.Allowed {
 			return nil

@@ -35,7 +35,7 @@ const (
 // (Result.Limit and Remaining are that member's; X-RateLimit-Reset is when
 // every member is full again).
 func (m *middleware) setLimitHeaders(h http.Header, res fleetlimit.Result, canPass bool) {
-	f := m.policy.Fields(res, canPass)
+	f := m.adapter.Policy.Fields(res, canPass)
 	if tighter(h, f.Remaining) {
 		h.Set(HeaderRateLimitLimit, f.Limit)
 		h.Set(HeaderRateLimitRemaining, strconv.FormatInt(f.Remaining, 10))
@@ -67,9 +67,9 @@ func tighter(h http.Header, remaining int64) bool {
 // count is unknown, and a fallback's local count is not the client's quota.
 func (m *middleware) setDegradedHeaders(h http.Header) {
 	if h.Get(HeaderRateLimitLimit) == "" {
-		h.Set(HeaderRateLimitLimit, m.policy.Limit())
+		h.Set(HeaderRateLimitLimit, m.adapter.Policy.Limit())
 	}
 	if m.draft {
-		h.Add(HeaderRateLimitPolicy, m.policy.String())
+		h.Add(HeaderRateLimitPolicy, m.adapter.Policy.String())
 	}
 }

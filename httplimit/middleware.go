@@ -89,16 +89,13 @@ func NewMiddleware(l *fleetlimit.Limiter, key KeyFunc, opts ...Option) (func(htt
 		draft: true,
 		deny:  PlainTextDenial,
 	}
-	var errs []error
-	for _, o := range opts {
-		o.apply(m, &errs)
-	}
-	a, err := ratelimitheader.NewAdapter(ratelimitheader.AdapterConfig{Name: "httplimit", Unit: "request", Limiter: l, HasKey: key != nil,
+	errs := ratelimitheader.Apply(m, opts, Option.apply)
+	var err error
+	m.adapter, err = ratelimitheader.NewAdapter(ratelimitheader.AdapterConfig{Name: "httplimit", Unit: "request", Limiter: l, HasKey: key != nil,
 		ShadowHeaders: m.shadowHeaders, HasCost: m.cost != nil, HasSettledCost: m.settle != nil, Errs: errs})
 	if err != nil {
 		return nil, err
 	}
-	m.policy, m.headers, m.holds = a.Policy, a.Headers, a.Holds
 	return m.wrap, nil
 }
 
@@ -263,11 +260,13 @@ type middleware struct {
 	passOnKeyError bool
 	draft          bool
 	shadowHeaders  bool // WithShadowHeaders
-	headers        bool // send rate-limit headers: not a shadow limiter, or shadowHeaders
 	deny           DenialWriter
-	policy         ratelimitheader.Policy
-	holds          bool       // l is a concurrency limit: Acquire, and hold the permit while the handler runs
 	settle         SettleFunc // WithSettledCost: Reserve, and settle once the handler returns (settle.go)
+	// adapter is what NewMiddleware derived from l: its policy, whether to
+	// send rate-limit headers (Headers: not a shadow limiter, or
+	// shadowHeaders), and whether l is a concurrency limit (Holds:
+	// Acquire, and hold the permit while the handler runs).
+	adapter ratelimitheader.Adapter
 }
 
 func (m *middleware) wrap(next http.Handler) http.Handler {
@@ -304,7 +303,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	// a 500.
 	var res fleetlimit.Result
 	switch {
-	case m.holds:
+	case m.adapter.Holds:
 		var permit fleetlimit.Permit
 		permit, res, err = m.l.Acquire(fleetlimit.ContextWithRoute(r.Context(), route), key)
 		defer m.release(permit, r) // after the handler returns or panics
@@ -326,7 +325,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		// A request costing more than the limit can never pass: its headers
 		// describe the quota alone, with no Retry-After to invite a retry.
 		never := !res.Allowed && n > res.Limit
-		if m.headers {
+		if m.adapter.Headers {
 			m.setLimitHeaders(w.Header(), res, !never)
 		}
 		switch {
@@ -347,7 +346,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			Detail: "rate limiter misconfigured"})
 	default:
 		// Degraded: the store did not decide (or the client went away).
-		if m.headers {
+		if m.adapter.Headers {
 			m.setDegradedHeaders(w.Header())
 		}
 		if res.Allowed {

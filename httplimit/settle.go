@@ -69,7 +69,7 @@ func CostByBytesWritten(unit int64) SettleFunc {
 func (m *middleware) settled(next http.Handler, rv fleetlimit.Reservation, exact bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
-		trail := exact && m.headers
+		trail := exact && m.adapter.Headers
 		if trail {
 			// Declared before the handler writes, so that net/http sends
 			// the body chunked, with trailers.
@@ -94,7 +94,7 @@ func (m *middleware) settled(next http.Handler, rv fleetlimit.Reservation, exact
 				h.Del(HeaderRateLimitReset)
 				return
 			}
-			f := m.policy.Fields(res, true)
+			f := m.adapter.Policy.Fields(res, true)
 			h.Set(HeaderRateLimitRemaining, strconv.FormatInt(f.Remaining, 10))
 			h.Set(HeaderRateLimitReset, strconv.FormatInt(f.Reset, 10))
 		}()

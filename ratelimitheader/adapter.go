@@ -37,6 +37,17 @@ type AdapterConfig struct {
 	Errs []error
 }
 
+// Apply applies an adapter's options to target in order, each through
+// apply (the adapter's Option.apply), and returns the errors they
+// reported, for AdapterConfig.Errs.
+func Apply[T, O any](target T, opts []O, apply func(O, T, *[]error)) []error {
+	var errs []error
+	for _, o := range opts {
+		apply(o, target, &errs)
+	}
+	return errs
+}
+
 // NewAdapter checks what an adapter is built from: it returns an error
 // wrapping fleetlimit.ErrInvalidConfig, naming the adapter, for a nil
 // limiter, a missing key function, the errors its options reported, or a
