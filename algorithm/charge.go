@@ -208,11 +208,10 @@ func (s *tokenBucket) Charge(state State, now time.Time, n, maxDebt int64) (Deci
 // maxDebt and at most MaxLogCost (see Charger); expired units are evicted
 // first, as Decide evicts them.
 func (s *slidingWindowLog) Charge(state State, now time.Time, n, maxDebt int64) (Decision, error) {
-	st, err := s.open(state)
+	st, t, newest, err := s.live(state, now)
 	if err != nil {
 		return Decision{}, err
 	}
-	t, newest := s.evict(st, now)
 	k := min(n, MaxLogCost, max(0, capOver(s.limit, maxDebt)-st.count))
 	d := Decision{Allowed: true, Limit: s.limit, cut: n - k}
 	if k > 0 {

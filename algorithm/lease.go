@@ -148,11 +148,10 @@ func (s *fixedWindow) Lease(state State, now time.Time, n int64, terms LeaseTerm
 // time even if the hand-back removed the newest units. A lease takes at
 // most MaxLogCost units (terms.Want is capped there), as a request does.
 func (s *slidingWindowLog) Lease(state State, now time.Time, n int64, terms LeaseTerms) (Grant, error) {
-	st, err := s.open(state)
+	st, t, _, err := s.live(state, now)
 	if err != nil {
 		return Grant{}, err
 	}
-	t, _ := s.evict(st, now)
 	if terms.Back > 0 {
 		st.unlog(terms.BackAt, terms.Back)
 	}

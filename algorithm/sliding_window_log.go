@@ -96,25 +96,28 @@ func (st *slidingLogState) Clone() State {
 	return &slidingLogState{log: slices.Clone(st.log[st.head:]), count: st.count, window: st.window}
 }
 
-// open returns state as the log's, checked: ErrStateType for another
-// strategy's state, Validate's error for a log of no window or limit.
-func (s *slidingWindowLog) open(state State) (*slidingLogState, error) {
+// live returns state as the log's, checked, with the units that have left
+// the window at now evicted, and t and newest as evict returns them: the
+// first step of every operation on a log. The check is ErrStateType for
+// another strategy's state, Validate's error for a log of no window or
+// limit; a state that fails it is left as it was.
+func (s *slidingWindowLog) live(state State, now time.Time) (st *slidingLogState, t, newest int64, err error) {
 	st, ok := state.(*slidingLogState)
 	if !ok {
-		return nil, ErrStateType
+		return nil, 0, 0, ErrStateType
 	}
 	if s.window <= 0 || s.limit <= 0 {
-		return nil, s.Validate()
+		return nil, 0, 0, s.Validate()
 	}
-	return st, nil
+	t, newest = s.evict(st, now)
+	return st, t, newest, nil
 }
 
 func (s *slidingWindowLog) Decide(state State, now time.Time, n int64) (Decision, error) {
-	st, err := s.open(state)
+	st, t, newest, err := s.live(state, now)
 	if err != nil {
 		return Decision{}, err
 	}
-	t, newest := s.evict(st, now)
 	d := Decision{Limit: s.limit}
 	if n <= s.limit && n <= MaxLogCost && st.count+n <= s.limit {
 		st.record(t, n, s.window)
@@ -187,11 +190,10 @@ func (s *slidingWindowLog) evict(st *slidingLogState, now time.Time) (t, newest 
 // them if it holds fewer (see Refunder); expired units are evicted first,
 // as Decide evicts them.
 func (s *slidingWindowLog) Refund(state State, now time.Time, n int64) (Decision, error) {
-	st, err := s.open(state)
+	st, t, _, err := s.live(state, now)
 	if err != nil {
 		return Decision{}, err
 	}
-	t, _ := s.evict(st, now)
 	for n > 0 && len(st.log) > st.head {
 		last := &st.log[len(st.log)-1]
 		k := min(n, last.n)
