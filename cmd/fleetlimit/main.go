@@ -274,17 +274,10 @@ func (c *cli) do(ctx context.Context, args []string) error {
 		}
 		return c.did("block", args[1], "blocked key %q of %s for %v", args[1], c.describe, d)
 	case "unblock":
-		was, err := c.entry(ctx, args[1])
-		if err != nil {
-			return err
-		}
-		if err := l.Unblock(ctx, args[1]); err != nil {
-			return err
-		}
-		if was == nil || !was.Blocked {
-			return c.did("none", args[1], "key %q of %s was not blocked: nothing changed", args[1], c.describe)
-		}
-		return c.did("unblock", args[1], "unblocked key %q of %s (%v of its block was left)", args[1], c.describe, was.TTL.Round(time.Millisecond))
+		return c.remove(ctx, args[1], l.Unblock, func(was *fleetlimit.Override) bool { return was.Blocked }, "was not blocked",
+			"unblock", func(was *fleetlimit.Override) string {
+				return fmt.Sprintf("unblocked key %q of %s (%v of its block was left)", args[1], c.describe, was.TTL.Round(time.Millisecond))
+			})
 	case "set":
 		s, err := c.override(args[2])
 		if err != nil {
@@ -300,17 +293,11 @@ func (c *cli) do(ctx context.Context, args []string) error {
 		text, _ := algorithm.Format(s)
 		return c.did("set", args[1], "key %q of %s is now decided by %q for %v", args[1], c.describe, text, ttl)
 	case "clear":
-		was, err := c.entry(ctx, args[1])
-		if err != nil {
-			return err
-		}
-		if err := l.ClearOverride(ctx, args[1]); err != nil {
-			return err
-		}
-		if was == nil {
-			return c.did("none", args[1], "key %q of %s had no override: nothing changed", args[1], c.describe)
-		}
-		return c.did("clear", args[1], "cleared the override %q of key %q of %s (%v of it was left): the limiter's own rule decides it again", was.Text, args[1], c.describe, was.TTL.Round(time.Millisecond))
+		return c.remove(ctx, args[1], l.ClearOverride, func(*fleetlimit.Override) bool { return true }, "had no override",
+			"clear", func(was *fleetlimit.Override) string {
+				return fmt.Sprintf("cleared the override %q of key %q of %s (%v of it was left): the limiter's own rule decides it again",
+					was.Text, args[1], c.describe, was.TTL.Round(time.Millisecond))
+			})
 	}
 	return nil
 }
@@ -371,6 +358,26 @@ func (c *cli) emit(v any) error {
 	enc := json.NewEncoder(c.out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// remove runs op (Unblock, ClearOverride) on key and reports what it
+// changed, judged by key's entry in the override table read before it: if
+// there was none, or had says it held nothing op removes, "none" with the
+// message "key <key> of <limiter> <nothing>: nothing changed"; otherwise
+// action with the message done writes of the entry.
+func (c *cli) remove(ctx context.Context, key string, op func(context.Context, string) error, had func(was *fleetlimit.Override) bool,
+	nothing, action string, done func(was *fleetlimit.Override) string) error {
+	was, err := c.entry(ctx, key)
+	if err != nil {
+		return err
+	}
+	if err := op(ctx, key); err != nil {
+		return err
+	}
+	if was == nil || !had(was) {
+		return c.did("none", key, "key %q of %s %s: nothing changed", key, c.describe, nothing)
+	}
+	return c.did(action, key, "%s", done(was))
 }
 
 // entry is key's live entry in the override table, or nil.
