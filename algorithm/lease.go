@@ -105,9 +105,6 @@ func (s *tokenBucket) Lease(state State, now time.Time, n int64, terms LeaseTerm
 	}
 	t := now.UnixMicro()
 	available := (s.capacity - s.debt(st, t)) / s.p
-	if terms.Want == 0 {
-		return Grant{Decision: Decision{Limit: s.burst, Remaining: available}, At: t}, nil
-	}
 	return grant(s, st, now, t, n, s.burst, available, terms.Want)
 }
 
@@ -131,9 +128,6 @@ func (s *fixedWindow) Lease(state State, now time.Time, n int64, terms LeaseTerm
 		count = st.count
 	}
 	available := max(0, s.limit-count)
-	if terms.Want == 0 {
-		return Grant{Decision: Decision{Limit: s.limit, Remaining: available}, At: t}, nil
-	}
 	return grant(s, st, now, t, n, s.limit, available, terms.Want)
 }
 
@@ -156,7 +150,7 @@ func (s *slidingWindowLog) Lease(state State, now time.Time, n int64, terms Leas
 		st.unlog(terms.BackAt, terms.Back)
 	}
 	available := max(0, s.limit-st.count)
-	if terms.Want == 0 {
+	if terms.Want == 0 { // reports the strategy's limit, not the lease's cap that grant is given
 		return Grant{Decision: Decision{Limit: s.limit, Remaining: available}, At: t}, nil
 	}
 	return grant(s, st, time.UnixMicro(t), t, n, min(s.limit, MaxLogCost), available, min(terms.Want, MaxLogCost))
@@ -205,16 +199,18 @@ func (s *slidingWindowCounter) Lease(state State, now time.Time, n int64, terms 
 	}
 	t := idx*w + e
 	available := max(0, s.limit-cur-s.weighted(prev, w-e))
-	if terms.Want == 0 {
-		return Grant{Decision: Decision{Limit: s.limit, Remaining: available}, At: t}, nil
-	}
 	return grant(s, st, now, t, n, s.limit, available, terms.Want)
 }
 
 // grant takes a lease for a request of cost n from st, which has available
 // units and admits a cost of at most limit, judged at t (µs): the fair
-// share when n passes, else Decide's denial of n.
+// share when n passes, else Decide's denial of n. A lease that wants
+// nothing (want 0) takes nothing and decides nothing: it reports limit and
+// available.
 func grant(s Strategy, st State, now time.Time, t, n, limit, available, want int64) (Grant, error) {
+	if want == 0 {
+		return Grant{Decision: Decision{Limit: limit, Remaining: available}, At: t}, nil
+	}
 	g := n
 	if n <= limit && n <= available {
 		g = fairShare(n, want, available)
