@@ -33,6 +33,9 @@ type combiner struct {
 	mu       sync.Mutex
 	inFlight int
 	pending  []*call
+	// spare holds emptied slices of sent batches, for the next queues: at
+	// most one per slice in use, so at most maxInFlight+1.
+	spare [][]*call
 }
 
 // call is one queued decision.
@@ -51,10 +54,6 @@ type call struct {
 	err   error
 	done  chan struct{} // signalled once, when state becomes finished
 }
-
-// batches recycles the slices that queues and batches are made of: a
-// sender hands its batch's slice back once every call in it is answered.
-var batches = sync.Pool{New: func() any { s := make([]*call, 0, 16); return &s }}
 
 type callState uint8
 
@@ -121,30 +120,30 @@ func (b *combiner) release() {
 }
 
 // take empties the queue into a batch, and starts the next queue in a
-// recycled slice. It requires that b.mu is held.
+// spare slice (nil when there is none: append makes one). It requires
+// that b.mu is held.
 func (b *combiner) take() []*call {
 	batch := b.pending
-	b.pending = (*batches.Get().(*[]*call))[:0]
+	b.pending = nil
+	if n := len(b.spare); n > 0 {
+		b.pending, b.spare[n-1] = b.spare[n-1], nil
+		b.spare = b.spare[:n-1]
+	}
 	for _, c := range batch {
 		c.state = batched
 	}
 	return batch
 }
 
-// recycle hands a sent batch's slice back for a later queue.
-func recycle(batch []*call) {
-	clear(batch)
-	batch = batch[:0]
-	batches.Put(&batch)
-}
-
 // sendAll sends batch, then each queue that formed meanwhile, and frees
-// the slot once the queue is empty.
+// the slot once the queue is empty. Each sent batch's slice, emptied, is
+// kept in b.spare for a later queue.
 func (b *combiner) sendAll(batch []*call) {
 	for {
 		b.send(batch)
-		recycle(batch)
+		clear(batch)
 		b.mu.Lock()
+		b.spare = append(b.spare, batch[:0])
 		if len(b.pending) == 0 {
 			b.inFlight--
 			b.mu.Unlock()
@@ -156,10 +155,18 @@ func (b *combiner) sendAll(batch []*call) {
 }
 
 // send runs a batch as one pipeline (EVAL for any script the server lacks)
-// and hands each caller its outcome. It is bounded by the latest deadline
-// among the batch's callers, or only by the client's own timeouts if one of
-// them has no deadline; each caller stops waiting at its own.
+// and hands each caller its outcome. A batch of several callers is bounded
+// by the latest deadline among them, or only by the client's own timeouts
+// if one of them has no deadline. A batch of one caller runs under that
+// caller's own context, as the caller's own round trip would: it ends when
+// its only caller gives up, and costs no context of its own (four
+// allocations). Each caller stops waiting at its own context.
 func (b *combiner) send(batch []*call) {
+	if len(batch) == 1 {
+		b.r.runBatch(batch[0].ctx, batch)
+		b.answer(batch)
+		return
+	}
 	ctx := context.Background()
 	var deadline time.Time
 	for _, c := range batch {
@@ -178,7 +185,11 @@ func (b *combiner) send(batch []*call) {
 		defer cancel()
 	}
 	b.r.runBatch(ctx, batch)
+	b.answer(batch)
+}
 
+// answer hands each caller of a sent batch that still waits its outcome.
+func (b *combiner) answer(batch []*call) {
 	b.mu.Lock()
 	for _, c := range batch {
 		if c.state == batched {
@@ -196,28 +207,38 @@ func (b *combiner) send(batch []*call) {
 // its outcome. Pipelines are reused (r.pipes): one made for each batch
 // would cost allocations per batch.
 func (r *Redis) runBatch(ctx context.Context, batch []*call) {
-	pipe := r.pipeline()
+	buf := cmdBufs.Get().(*[]redis.Cmder)
+	cmds := (*buf)[:0]
 	for _, c := range batch {
 		c.cmd = evalshaCmd(ctx, c.argv)
-		_ = pipe.Process(ctx, once{c.cmd})
+		cmds = append(cmds, once{c.cmd})
 	}
+	pipe := r.pipeline()
+	// Queued at once: the pipeline's own slice, which Exec gives away,
+	// is then made once per batch, not grown command by command.
+	_ = pipe.BatchProcess(ctx, cmds...)
 	_, _ = pipe.Exec(ctx) // errors are per command
 	r.pipes.Put(pipe)
-	var retry redis.Pipeliner
+	cmds = cmds[:0]
 	for _, c := range batch {
 		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if retry == nil {
-				retry = r.pipeline()
-			}
 			c.cmd = evalshaCmd(ctx, asEval(c.script, c.argv))
-			_ = retry.Process(ctx, once{c.cmd})
+			cmds = append(cmds, once{c.cmd})
 		}
 	}
-	if retry != nil {
+	if len(cmds) > 0 {
+		retry := r.pipeline()
+		_ = retry.BatchProcess(ctx, cmds...)
 		_, _ = retry.Exec(ctx)
 		r.pipes.Put(retry)
 	}
+	clear(cmds[:cap(cmds)])
+	*buf = cmds[:0]
+	cmdBufs.Put(buf)
 }
+
+// cmdBufs recycles runBatch's slices of commands (*[]redis.Cmder).
+var cmdBufs = sync.Pool{New: func() any { return new([]redis.Cmder) }}
 
 // pipeline returns an empty pipeline on the store's client: one that an
 // earlier batch sent (Exec empties it), or a new one.
