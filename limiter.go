@@ -260,7 +260,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 //
 // The Observer (WithObserver), if any, is told about every decision before
 // AllowN returns.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (res Result, err error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
 	if l.cfg.observer != nil {
 		return l.observed(ctx, key, n)
 	}
@@ -270,14 +270,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (res Result, 
 	}
 	// decide's body, one call less on the path every request takes.
 	c := call{m: &l.allow}
-	_, err = l.stages(ctx, &c, key, n)
-	// Field by field: copied whole, c.res would be loaded 16 bytes at a
-	// time, and a load that spans set's separate stores of Allowed and
-	// Shadow waits for them to reach the cache (BenchmarkOverhead).
-	r := &c.res
-	res.Allowed, res.Shadow, res.Limit, res.Remaining = r.Allowed, r.Shadow, r.Limit, r.Remaining
-	res.RetryAfter, res.ResetAfter, res.limits = r.RetryAfter, r.ResetAfter, r.limits
-	return res, err
+	_, err := l.stages(ctx, &c, key, n)
+	return c.res, err
 }
 
 // shadowed is the Result of a shadow limiter's decision res (see
