@@ -290,3 +290,36 @@ func queuedBehindOne(r *Redis, n int) bool {
 	defer r.combine.mu.Unlock()
 	return r.combine.inFlight == 1 && len(r.combine.pending) == n
 }
+
+// Round trips run at once are capped at the client's PoolSize: with a pool
+// of 2 and the default DefaultMaxInFlight (8), 16 concurrent callers never
+// wait for a connection of the main pool, because the decisions past the
+// second queue for a pipeline (which has a pool of its own) instead.
+func TestMaxInFlightIsCappedAtThePoolSize(t *testing.T) {
+	const pool = 2
+	require.Greater(t, DefaultMaxInFlight, pool)
+	c := redistest.Real(t, func(o *redis.Options) { o.PoolSize = pool })
+	r := newRedis(t, c)
+	s := algorithm.TokenBucket(1_000_000, time.Second, 1_000_000)
+	prefix := redistest.Prefix()
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				req := Request{Strategy: s, Prefix: prefix, Key: strconv.Itoa(g*50 + i), N: 1, Timeout: 5 * time.Second}
+				if _, err := r.Decide(context.Background(), req); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := c.PoolStats()
+	require.Zero(t, st.WaitCount, "no decision waited for a connection of the main pool: %+v", st)
+	require.LessOrEqual(t, st.TotalConns, uint32(pool))
+	require.NotNil(t, st.PipelineStats)
+	require.NotZero(t, st.PipelineStats.Hits+st.PipelineStats.Misses, "decisions past the pool's size were pipelined")
+}

@@ -111,3 +111,20 @@ func parallel(b *testing.B, g int, f func(i int) error) {
 		}
 	}
 }
+
+// BenchmarkMaxInFlight is store.Redis.Decide on the real redis-server over
+// 10,000 keys (a fixed window that never denies) at 1 to 64 goroutines,
+// with pipelining off (inflight=0) and at several WithMaxInFlight settings,
+// the shipped DefaultMaxInFlight among them: the measurement behind its
+// value (docs/performance.md quotes it). Compare the cells of one
+// goroutine count side by side, over several invocations.
+func BenchmarkMaxInFlight(b *testing.B) {
+	c := redistest.Real(b)
+	s := algorithm.FixedWindow(1_000_000_000, time.Hour)
+	for _, g := range []int{1, 2, 4, 8, 16, 32, 64} {
+		for _, n := range []int{0, 4, 8, 16} {
+			r := stores.Redis(b, c, store.WithMaxInFlight(n))
+			b.Run("g="+strconv.Itoa(g)+"/inflight="+strconv.Itoa(n), func(b *testing.B) { benchDecide(b, r, s, g) })
+		}
+	}
+}
