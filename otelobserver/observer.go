@@ -35,6 +35,12 @@
 // an expired permit, and a release or renew that could not reach the store
 // (decider policy).
 //
+// Settles (Reservation.Settle and Cancel: fleetlimit.Event.Settle) are not
+// decisions either: a settle's units charged past its estimate are
+// recorded on fleetlimit.cost, and its store errors on
+// fleetlimit.store.errors; it is recorded on neither fleetlimit.decisions
+// nor fleetlimit.decision.duration.
+//
 // The names follow ASP.NET Core's rate-limiting metrics
 // (aspnetcore.rate_limiting.requests with an aspnetcore.rate_limiting.result
 // attribute), the closest stable OpenTelemetry convention for rate limiting,
@@ -205,7 +211,10 @@ func (o *Observer) Observe(e fleetlimit.Event) {
 		r = 1
 	}
 	decision, latency := o.optionsFor(s, r, e.DecidedBy)
-	o.decisions.Add(ctx, 1, decision...)
+	if !e.Settle {
+		o.decisions.Add(ctx, 1, decision...)
+		o.latency.Record(ctx, e.Latency.Seconds(), latency...)
+	}
 	admitted, denied := e.Cost()
 	if admitted > 0 {
 		allowed, _ := o.optionsFor(s, 0, e.DecidedBy)
@@ -218,7 +227,6 @@ func (o *Observer) Observe(e fleetlimit.Event) {
 	if e.Shadow {
 		o.shadow.Add(ctx, 1, s.shadow...)
 	}
-	o.latency.Record(ctx, e.Latency.Seconds(), latency...)
 	if c := e.Cause(); c != fleetlimit.CauseNone {
 		o.storeErrors.Add(ctx, 1, s.errorOptions(c)...)
 	}

@@ -512,5 +512,8 @@ func TestObserverRecordsGrantsAndSettles(t *testing.T) {
 	c := collect(t, reader)
 	require.Equal(t, float64(4+6+5+3+2), c.points["fleetlimit.cost{fleetlimit.decider=store,fleetlimit.limiter=grants,fleetlimit.result=allowed}"])
 	require.Equal(t, float64(4), c.points["fleetlimit.cost{fleetlimit.decider=store,fleetlimit.limiter=grants,fleetlimit.result=denied}"])
-	require.Equal(t, float64(6), c.points["fleetlimit.decisions{fleetlimit.decider=store,fleetlimit.limiter=grants,fleetlimit.result=allowed}"])
+	// Two grants and two reservations are decisions; the cancel and the
+	// settle are not.
+	require.Equal(t, float64(4), c.points["fleetlimit.decisions{fleetlimit.decider=store,fleetlimit.limiter=grants,fleetlimit.result=allowed}"])
+	require.Equal(t, float64(4), c.points["fleetlimit.decision.duration{fleetlimit.decider=store,fleetlimit.limiter=grants}"])
 }

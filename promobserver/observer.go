@@ -26,6 +26,11 @@
 // store did not decide (an acquire decided by the policy or the fallback,
 // a release or renew that could not reach the store).
 //
+// Settles (Reservation.Settle and Cancel: fleetlimit.Event.Settle) are not
+// decisions either: a settle's units charged past its estimate are counted
+// in cost_total, and its store errors in store_errors_total; it is counted
+// in neither decisions_total nor decision_duration_seconds.
+//
 // Round trips saved: local decisions are counted in decisions_total too, so
 // rate(local_decisions_total) / rate(decisions_total) is the share of
 // decisions that made no round trip to the store.
@@ -175,7 +180,10 @@ func outcome(e fleetlimit.Event) int {
 // Observe counts e.
 func (o *Observer) Observe(e fleetlimit.Event) {
 	m := o.metricsOf(e)
-	m.outcomes[outcome(e)].Inc()
+	if !e.Settle {
+		m.outcomes[outcome(e)].Inc()
+		m.latency.Observe(e.Latency.Seconds())
+	}
 	admitted, denied := e.Cost()
 	if admitted > 0 {
 		m.admittedCost.Add(float64(admitted))
@@ -186,7 +194,6 @@ func (o *Observer) Observe(e fleetlimit.Event) {
 	if e.Shadow {
 		m.shadow.Inc()
 	}
-	m.latency.Observe(e.Latency.Seconds())
 	switch e.DecidedBy {
 	case fleetlimit.DecidedByLease:
 		m.byLease.Inc()

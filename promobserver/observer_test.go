@@ -246,5 +246,8 @@ func TestObserverCountsGrantsAndSettles(t *testing.T) {
 	got, _ := scrape(t, reg)
 	require.Equal(t, float64(4+6+5+3+2), got[`fleetlimit_cost_total{limiter="grants",result="admitted"}`])
 	require.Equal(t, float64(4), got[`fleetlimit_cost_total{limiter="grants",result="denied"}`])
-	require.Equal(t, float64(6), got[`fleetlimit_decisions_total{limiter="grants",outcome="allowed"}`])
+	// Two grants and two reservations are decisions; the cancel and the
+	// settle are not.
+	require.Equal(t, float64(4), got[`fleetlimit_decisions_total{limiter="grants",outcome="allowed"}`])
+	require.Equal(t, float64(4), got[`fleetlimit_decision_duration_seconds_count{limiter="grants"}`])
 }

@@ -172,7 +172,7 @@ func runPermits(t testing.TB, st, dead store.Store, newWith func(algorithm.Strat
 // per hour over a fresh memory store) observed by obs, two partial grants
 // (4 of 4, then 6 of 10), a reservation of 5 cancelled and one of 3
 // settled at 5: 20 units admitted (4 + 6 + 5 + 3 + the settle's 2), 4
-// denied, six events allowed; a cancel's units given back are no cost.
+// denied, six events allowed (four decisions, a cancel and a settle); a cancel's units given back are no cost.
 func GrantsAndSettles(t testing.TB, obs fleetlimit.Observer) {
 	t.Helper()
 	ctx := context.Background()
