@@ -69,3 +69,11 @@ func RegistryDone(l *Limiter) <-chan struct{} { return l.reg.done }
 
 // RegistryInstance is l's instance id in the registry.
 func RegistryInstance(l *Limiter) string { return l.reg.instance }
+
+// BoxedTiers is how many tiers l keeps in its penalty box, and the most it
+// keeps (penaltyBoxes).
+func BoxedTiers(l *Limiter) (n, most int) {
+	k := 0
+	l.boxes.m.Range(func(any, any) bool { k++; return true })
+	return k, maxBoxes
+}

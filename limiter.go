@@ -65,6 +65,7 @@ type Limiter struct {
 	skew     *skewWatch     // nil without WithClock, or over a store without a clock
 	ov       *overrideTable // nil without WithOverrides
 	reg      *registration  // nil without WithRegistry
+	boxes    penaltyBoxes   // the tiers in the penalty box (WithPenalty and WithStrategyFor)
 	// The pipeline's modes, one per entry point.
 	allow, peek, refund mode
 	holds               holdModes    // Acquire's, Release's and Renew's (permit.go)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
+	"sync/atomic"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
 	"github.com/fleetlimit/fleetlimit/internal/rule"
@@ -75,7 +77,44 @@ func (l *Limiter) ruleFor(ctx context.Context, key string) (algorithm.Strategy, 
 	if err != nil || l.cfg.penalty == nil {
 		return s, err
 	}
-	return algorithm.Penalize(s, *l.cfg.penalty), nil
+	return l.boxes.of(s, l.strategy, l.rule, *l.cfg.penalty), nil
+}
+
+// maxBoxes is the most tiers a limiter keeps in its penalty box at once
+// (penaltyBoxes).
+const maxBoxes = 1024
+
+// penaltyBoxes are the tiers (WithStrategyFor) of a limiter with a penalty
+// box, each as Penalize boxed it, so that a decision does not box its
+// tier again (13 allocations). A tier is found by the strategy value f
+// returned: a function that returns the same strategies, as a map of
+// plans does, boxes each once. At most maxBoxes are kept: a function that
+// builds a new strategy at each call has each boxed at its decision, past
+// the first maxBoxes. Safe for concurrent use.
+type penaltyBoxes struct {
+	m sync.Map // algorithm.Strategy → its Penalize
+	n atomic.Int64
+}
+
+// of is s in the penalty box p: own's boxing, boxed, when s is own.
+func (b *penaltyBoxes) of(s, own, boxed algorithm.Strategy, p algorithm.Penalty) algorithm.Strategy {
+	if !reflect.TypeOf(s).Comparable() {
+		return algorithm.Penalize(s, p) // not a map key (nor == own)
+	}
+	if s == own {
+		return boxed
+	}
+	if v, ok := b.m.Load(s); ok {
+		return v.(algorithm.Strategy)
+	}
+	r := algorithm.Penalize(s, p)
+	if b.n.Load() < maxBoxes {
+		if v, loaded := b.m.LoadOrStore(s, r); loaded {
+			return v.(algorithm.Strategy)
+		}
+		b.n.Add(1)
+	}
+	return r
 }
 
 // isNil reports whether v is nil or a nil pointer in an interface.

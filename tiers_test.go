@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -377,4 +379,69 @@ func TestCompositeTierSwitchBound(t *testing.T) {
 		require.LessOrEqual(t, most, 2*10_000-1, "%s: any day-long interval", name)
 		require.Positive(t, freeDenied, "%s: the free tier never bound", name)
 	}
+}
+
+// A key's tier in the limiter's penalty box (WithStrategyFor with
+// WithPenalty): the tier's limit decides, its denials start the box's ban,
+// the tier is boxed once (a decision on it allocates no more than one on
+// the limiter's own strategy, 0 on the memory store), and tiers built anew
+// at every call, past the most the limiter keeps boxed, still decide by
+// their own limits.
+func TestStrategyForInThePenaltyBox(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New(time.Unix(1_800_000_000, 0))
+	own := algorithm.FixedWindow(2, time.Second)
+	pro := algorithm.FixedWindow(5, time.Second)
+	fresh := 0
+	tier := func(_ context.Context, key string) (algorithm.Strategy, error) {
+		switch {
+		case key == "pro":
+			return pro, nil
+		case strings.HasPrefix(key, "fresh"):
+			fresh++
+			return algorithm.FixedWindow(3, time.Second), nil
+		}
+		return nil, nil
+	}
+	l, err := fleetlimit.New(own, store.NewMemory(), fleetlimit.WithClock(clock.Now), fleetlimit.WithStrategyFor(tier),
+		fleetlimit.WithPenalty(2, time.Minute, time.Minute, time.Hour))
+	require.NoError(t, err)
+
+	for i := range 5 {
+		res, err := l.Allow(ctx, "pro")
+		require.NoError(t, err)
+		require.True(t, res.Allowed, "pro's %dth of 5", i+1)
+		require.Equal(t, int64(5), res.Limit)
+	}
+	for range 2 {
+		res, err := l.Allow(ctx, "pro")
+		require.NoError(t, err)
+		require.False(t, res.Allowed)
+	}
+	// Two denials within a minute: banned for a minute, past the window.
+	clock.Advance(2 * time.Second)
+	res, err := l.Allow(ctx, "pro")
+	require.NoError(t, err)
+	require.False(t, res.Allowed, "banned in a fresh window")
+	require.Greater(t, res.RetryAfter, 50*time.Second)
+
+	clock.Advance(time.Hour)
+	var allocs struct{ own, pro float64 }
+	allocs.own = testing.AllocsPerRun(200, func() { _, _ = l.Allow(ctx, "basic") })
+	allocs.pro = testing.AllocsPerRun(200, func() { _, _ = l.Allow(ctx, "pro") })
+	require.Zero(t, allocs.own)
+	require.Equal(t, allocs.own, allocs.pro, "the pro tier is boxed once, not at each decision")
+
+	for i := range 1100 {
+		key := "fresh" + strconv.Itoa(i)
+		for j := range 4 {
+			res, err := l.Allow(ctx, key)
+			require.NoError(t, err)
+			require.Equal(t, j < 3, res.Allowed, "%s: %dth of a tier of 3", key, j+1)
+			require.Equal(t, int64(3), res.Limit)
+		}
+	}
+	require.Equal(t, 4400, fresh)
+	n, most := fleetlimit.BoxedTiers(l)
+	require.Equal(t, most, n, "the pro tier and fresh tiers up to the bound are kept, no more")
 }
