@@ -8,10 +8,11 @@
 -- is its first) and hands now, read once, to every script it runs, so
 -- that they all judge at the same instant.
 --
--- A script runs on every decision, and its Redis CPU is the most
--- decisions one Redis takes for a whole fleet, so the decision scripts
--- (token_bucket.lua, fixed_window.lua, sliding_window_counter.lua and
--- sliding_window_log.lua) and this preamble spend as little as they can:
+-- A script runs on every decision, and one Redis serves a whole fleet:
+-- the Redis CPU a decision costs bounds the decisions per second of all
+-- of it. So the decision scripts (token_bucket.lua, fixed_window.lua,
+-- sliding_window_counter.lua and sliding_window_log.lua) and this
+-- preamble spend as little as they can:
 -- a decimal string that holds a number (by the calling convention, or by
 -- a pattern it has just matched) is converted by arithmetic, x + 0, which
 -- reads it once where tonumber reads it twice (lua_isnumber, then

@@ -51,9 +51,9 @@ local newest_at, newest_seq = nil, 0
 local newest = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
 if newest[2] then
   -- Members are "<residue>:<letter><seq>" (below); anything else was written
-  -- by something else: say so rather than compute with it. A score is a
-  -- number (Redis replies with one, formatted), but not always an integer
-  -- of ours.
+  -- by something else: say so rather than compute with it. A score in
+  -- Redis's reply is always a number (inf and -inf too), but not always
+  -- one of ours: a whole, nonnegative number of microseconds.
   local seq = string.match(newest[1], '^%d+:%l(%d+)$')
   newest_at = newest[2] + 0
   if not seq or newest_at ~= math.floor(newest_at) or newest_at < 0 then
