@@ -30,8 +30,8 @@
 -- any new write after a command Redis refuses when full (see
 -- sliding_window_log.lua).
 -- (key, peek, refund, lease, atmost, n and now: see preamble.lua)
-local limit = tonumber(ARGV[3])
-local window = tonumber(ARGV[4])
+local limit = ARGV[3] + 0
+local window = ARGV[4] + 0
 local idx = math.floor(now / window)
 
 local count = 0
@@ -43,7 +43,7 @@ if v then
   if not vidx or #v > 40 then
     return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a fixed window counter')
   end
-  vidx, vcount = tonumber(vidx), tonumber(vcount)
+  vidx, vcount = vidx + 0, vcount + 0
   -- Time never runs backwards for one key: a caller whose clock is behind the
   -- newest window counted (WithClock skew) is judged at that window's start,
   -- rather than reopening an older window with a fresh count.
@@ -58,9 +58,9 @@ local window_end = (idx + 1) * window
 local back = 0
 if refund then
   back = n
-elseif lease and math.floor(tonumber(ARGV[#ARGV - 3]) / window) == idx then
+elseif lease and math.floor(ARGV[#ARGV - 3] / window) == idx then
   -- A lease's units go back only to the window it was taken in.
-  back = tonumber(ARGV[#ARGV - 2])
+  back = ARGV[#ARGV - 2] + 0
 end
 if back > 0 then
   -- Only a count of the current window is lowered: a key whose count
@@ -70,7 +70,7 @@ if back > 0 then
   if v and count > 0 then
     count = count - math.min(back, count)
     redis.call('SET', key, string.format('%d:%d', idx, count),
-      'PX', math.ceil((window_end - now) / 1000))
+      'PX', string.format('%d', math.ceil((window_end - now) / 1000)))
   end
 end
 if refund then
@@ -85,7 +85,7 @@ if charge then
   -- (ARGV[#ARGV-1], negative: the limit), at most 2^53; the reply's third
   -- integer is the units cut off. A debt left when the window turns is
   -- forgiven, as every count is.
-  local max_debt = tonumber(ARGV[#ARGV - 1])
+  local max_debt = ARGV[#ARGV - 1] + 0
   if max_debt < 0 then max_debt = limit end
   local ceiling = limit + max_debt
   if ceiling > 9007199254740992 then ceiling = 9007199254740992 end
@@ -93,7 +93,7 @@ if charge then
   if k > 0 then
     count = count + k
     redis.call('SET', key, string.format('%d:%d', idx, count),
-      'PX', math.ceil((window_end - now) / 1000))
+      'PX', string.format('%d', math.ceil((window_end - now) / 1000)))
   end
   local reset = 0
   if count > 0 then reset = window_end - now end
@@ -104,7 +104,7 @@ local granted = n
 if lease then
   -- The fair share: at most half of what the window has left, unless n
   -- alone needs more; never more than want (see algorithm.Leaser).
-  local want = tonumber(ARGV[#ARGV - 1])
+  local want = ARGV[#ARGV - 1] + 0
   local available = math.max(0, limit - count)
   if want == 0 then return {0, available, 0, 0, now} end
   granted = lease_units(n, limit, available, want)
@@ -123,7 +123,7 @@ end
 if n <= limit - count then
   if not peek then
     redis.call('SET', key, string.format('%d:%d', idx, count + n),
-      'PX', math.ceil((window_end - now) / 1000))
+      'PX', string.format('%d', math.ceil((window_end - now) / 1000)))
   end
   if lease or atmost then return {granted, limit - count - n, 0, window_end - now, now} end
   return {1, limit - count - n, 0, window_end - now}

@@ -69,19 +69,20 @@ local function muldiv(a, b, c)
   return (a - ra) / c * b + q, r
 end
 
--- field parses a decimal field of a stored value: at most 2^53 and without
--- leading zeros (the script writes none), or nil. The digits are compared as
--- strings: tonumber would round 2^53 + 1 to 2^53.
+-- field parses a decimal field of a stored value (digits only, matched
+-- below): at most 2^53 and without leading zeros (the script writes none),
+-- or nil. The digits are compared as strings: converted, 2^53 + 1 would
+-- round to 2^53.
 local function field(s)
   if #s > 16 or (#s == 16 and s > '9007199254740992') or (#s > 1 and string.byte(s) == 48) then
     return nil
   end
-  return tonumber(s)
+  return s + 0
 end
 
 -- (key, peek, refund, lease, atmost, n and now: see preamble.lua)
-local limit = tonumber(ARGV[3])
-local window = tonumber(ARGV[4])
+local limit = ARGV[3] + 0
+local window = ARGV[4] + 0
 local e = math.fmod(now, window)
 local idx = (now - e) / window
 
@@ -113,12 +114,16 @@ end
 
 -- keep writes counts lowered by a refund or a lease's hand-back. The key
 -- keeps its window index (so that a clock behind still cannot reopen an
--- earlier window) until its counts weigh nothing.
-local function keep()
-  local ttl = window - e
-  if cur > 0 then ttl = ttl + window end
-  redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur),
-    'PX', math.ceil(ttl / 1000))
+-- earlier window) until its counts weigh nothing. It is made only in the
+-- modes that call it (a charge, a refund, a lease), not on every decision.
+local keep
+if charge or refund or lease then
+  keep = function()
+    local ttl = window - e
+    if cur > 0 then ttl = ttl + window end
+    redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur),
+      'PX', string.format('%d', math.ceil(ttl / 1000)))
+  end
 end
 
 -- A charge (algorithm.Charger) adds n to the current window's count
@@ -127,7 +132,7 @@ end
 -- has the units cut off as its third integer.
 local cut = 0
 if charge then
-  local max_debt = tonumber(ARGV[#ARGV - 1])
+  local max_debt = ARGV[#ARGV - 1] + 0
   if max_debt < 0 then max_debt = limit end
   local ceiling = limit + max_debt
   if ceiling > MAX then ceiling = MAX end
@@ -155,10 +160,10 @@ end
 -- lease two or more windows old weighs nothing and is not given back.
 local lowered = false
 if lease then
-  local back = tonumber(ARGV[#ARGV - 2])
+  local back = ARGV[#ARGV - 2] + 0
   if v and back > 0 then
     lowered = true
-    local back_at = tonumber(ARGV[#ARGV - 3])
+    local back_at = ARGV[#ARGV - 3] + 0
     local bidx = (back_at - math.fmod(back_at, window)) / window
     if bidx == idx then
       cur = cur - math.min(back, cur)
@@ -198,7 +203,7 @@ local granted = n
 if lease then
   -- The fair share: at most half of what the key has left, unless n alone
   -- needs more; never more than want (see algorithm.Leaser).
-  local want = tonumber(ARGV[#ARGV - 1])
+  local want = ARGV[#ARGV - 1] + 0
   if want == 0 then
     if lowered then keep() end
     return {0, remaining, 0, 0, now}
@@ -219,7 +224,7 @@ if n <= limit and room >= 0 and n <= room - weighted then
   -- 2*window - e from now, and expires then.
   if not peek then
     redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur + n),
-      'PX', math.ceil((2 * window - e) / 1000))
+      'PX', string.format('%d', math.ceil((2 * window - e) / 1000)))
   end
   if lease or atmost then return {granted, room - weighted - n, 0, 2 * window - e, now} end
   return {1, room - weighted - n, 0, 2 * window - e}

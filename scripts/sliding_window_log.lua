@@ -36,8 +36,8 @@
 -- removes expired units, which Redis allows when full, so it is still
 -- answered exactly.
 -- (key, peek, refund, lease, atmost, n and now: see preamble.lua)
-local limit = tonumber(ARGV[3])
-local window = tonumber(ARGV[4])
+local limit = ARGV[3] + 0
+local window = ARGV[4] + 0
 -- The largest cost admitted in one request or lent in one lease, whatever
 -- the limit (algorithm.MaxLogCost): each unit is one member written below,
 -- so this bounds the time one script takes. A larger cost is denied as one
@@ -48,19 +48,21 @@ local max_cost = 10000
 -- newest admission is judged at that admission's time. This stops a slow
 -- clock from evicting early, and keeps member names unique (below).
 local newest_at, newest_seq = nil, 0
-local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+local newest = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
 if newest[2] then
   -- Members are "<residue>:<letter><seq>" (below); anything else was written
-  -- by something else: say so rather than compute with it.
+  -- by something else: say so rather than compute with it. A score in
+  -- Redis's reply is always a number (inf and -inf too), but not always
+  -- one of ours: a whole, nonnegative number of microseconds.
   local seq = string.match(newest[1], '^%d+:%l(%d+)$')
-  newest_at = tonumber(newest[2])
-  if not seq or not newest_at or newest_at ~= math.floor(newest_at) or newest_at < 0 then
+  newest_at = newest[2] + 0
+  if not seq or newest_at ~= math.floor(newest_at) or newest_at < 0 then
     return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a sliding window log')
   end
   if newest_at > now then now = newest_at end
   if newest_at == now then
     -- Units admitted at this same instant number on from the newest one.
-    newest_seq = tonumber(seq)
+    newest_seq = seq + 0
   end
 end
 
@@ -80,7 +82,9 @@ local count = redis.call('ZCOUNT', key, '(' .. expired, '+inf')
 -- full Redis still runs it.
 local function evict()
   local stale = redis.call('ZCOUNT', key, '-inf', expired)
-  if stale > 0 then redis.call('ZREMRANGEBYRANK', key, 0, math.min(stale, max_cost) - 1) end
+  if stale > 0 then
+    redis.call('ZREMRANGEBYRANK', key, '0', string.format('%d', math.min(stale, max_cost) - 1))
+  end
 end
 
 if refund then
@@ -96,14 +100,14 @@ if refund then
     redis.call('UNLINK', key)
   else
     evict()
-    if k > 0 then redis.call('ZREMRANGEBYRANK', key, -k, -1) end
+    if k > 0 then redis.call('ZREMRANGEBYRANK', key, string.format('%d', -k), '-1') end
   end
   count = count - k
   local reset = 0
   if count > 0 then
-    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    reset = tonumber(top[2]) + window - now
-    redis.call('PEXPIRE', key, math.ceil(reset / 1000))
+    local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    reset = top[2] + window - now
+    redis.call('PEXPIRE', key, string.format('%d', math.ceil(reset / 1000)))
   end
   return {1, math.max(0, limit - count), 0, reset}
 end
@@ -124,33 +128,39 @@ local granted, back_at, returned = n, 0, 0
 -- behind rank below every live one and are counted by ZCOUNT as by the
 -- ranks, so hi is the rank of the last unit scored back_at either way.
 -- Neither command grows memory, so a full Redis still takes it.
-local function unlease()
-  if returned == 0 then return end
-  local hi = redis.call('ZCOUNT', key, '-inf', string.format('%d', back_at)) - 1
-  redis.call('ZREMRANGEBYRANK', key, hi - returned + 1, hi)
-end
-
+--
 -- handback is unlease when nothing is admitted: the key's TTL then follows
 -- its newest unit left (an emptied set is gone). It returns that unit's
 -- time, or nil.
-local function handback()
-  unlease()
-  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if not top[2] then return nil end
-  local at = tonumber(top[2])
-  redis.call('PEXPIRE', key, math.ceil((at + window - now) / 1000))
-  return at
+--
+-- Both are made only for a lease, which alone returns units (returned is
+-- 0 otherwise), rather than on every decision.
+local unlease, handback
+if lease then
+  unlease = function()
+    if returned == 0 then return end
+    local hi = redis.call('ZCOUNT', key, '-inf', string.format('%d', back_at)) - 1
+    redis.call('ZREMRANGEBYRANK', key, string.format('%d', hi - returned + 1), string.format('%d', hi))
+  end
+  handback = function()
+    unlease()
+    local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    if not top[2] then return nil end
+    local at = top[2] + 0
+    redis.call('PEXPIRE', key, string.format('%d', math.ceil((at + window - now) / 1000)))
+    return at
+  end
 end
 
 if lease then
-  back_at = tonumber(ARGV[#ARGV - 3])
-  local back = tonumber(ARGV[#ARGV - 2])
+  back_at = ARGV[#ARGV - 3] + 0
+  local back = ARGV[#ARGV - 2] + 0
   if back > 0 and back_at > now - window then
     local at = string.format('%d', back_at)
     returned = math.min(back, redis.call('ZCOUNT', key, at, at))
   end
   count = count - returned
-  local want = tonumber(ARGV[#ARGV - 1])
+  local want = ARGV[#ARGV - 1] + 0
   local available = math.max(0, limit - count)
   if want == 0 then
     -- Only a hand-back (Close): admit nothing.
@@ -171,7 +181,7 @@ end
 -- standing is the reply.
 local cut = 0
 if charge then
-  local max_debt = tonumber(ARGV[#ARGV - 1])
+  local max_debt = ARGV[#ARGV - 1] + 0
   if max_debt < 0 then max_debt = limit end
   local k = math.min(n, max_cost, math.max(0, limit + max_debt - count))
   cut, n = n - k, k
@@ -204,7 +214,7 @@ if charge or (n <= limit - count and n <= max_cost) then
   -- eviction by a later, denied request can shrink the count while units of
   -- the newest instant remain.)
   local stamp = string.format('%d', now)
-  local prefix = string.format('%d', now % (2 * window)) .. ':'
+  local prefix = string.format('%d:', now % (2 * window))
   local args = {}
   for i = 1, n do
     local seq = string.format('%d', newest_seq + i)
@@ -221,7 +231,7 @@ if charge or (n <= limit - count and n <= max_cost) then
   -- removing it and adding a new one.
   evict()
   if lease then unlease() end
-  redis.call('PEXPIRE', key, math.ceil(window / 1000))
+  redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
   if charge then return {1, math.max(0, limit - count - n), cut, window} end
   if lease or atmost then return {granted, limit - count - n, 0, window, now} end
   return {1, limit - count - n, 0, window}
@@ -243,8 +253,8 @@ if n > limit or n > max_cost then
 else
   -- The request fits once the oldest count+n-limit units have left.
   local k = count + n - limit - 1
-  local kth = redis.call('ZRANGEBYSCORE', key, '(' .. expired, '+inf', 'WITHSCORES', 'LIMIT', k, 1)
-  retry = tonumber(kth[2]) + window - now
+  local kth = redis.call('ZRANGEBYSCORE', key, '(' .. expired, '+inf', 'WITHSCORES', 'LIMIT', string.format('%d', k), '1')
+  retry = kth[2] + window - now
 end
 -- Remaining is never negative, even when a limiter with a larger limit
 -- shares this key.

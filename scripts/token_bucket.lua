@@ -37,9 +37,9 @@
 -- any new write after a command Redis refuses when full (see
 -- sliding_window_log.lua).
 -- (key, peek, refund, lease, atmost, n and now: see preamble.lua)
-local burst = tonumber(ARGV[3])
-local R = tonumber(ARGV[4])
-local P = tonumber(ARGV[5])
+local burst = ARGV[3] + 0
+local R = ARGV[4] + 0
+local P = ARGV[5] + 0
 local C = burst * P
 local fill = math.ceil(C / R) -- microseconds to fill an empty bucket
 
@@ -48,14 +48,14 @@ local vtat, ve = 0, 0 -- the stored instant, for a charge
 local v = redis.call('GET', key)
 if v then
   -- Parse strictly: tonumber alone would take "inf", "0x1A" or " 12 "
-  -- written by something else, and deny for ever. One pattern per form,
-  -- chosen by a plain search for ':' (a plain integer is every value of a
-  -- bucket whose rate divides its period in microseconds): one match per
-  -- decision where trying the forms in turn took up to three.
-  local tat, e, r
-  if not string.find(v, ':', 1, true) then
-    tat, e = string.match(v, '^%d+$'), '0'
-  else
+  -- written by something else, and deny for ever. The forms are tried in
+  -- turn, the plain integer first: it is every value of a bucket whose
+  -- rate divides its period in microseconds, and takes one match; the
+  -- form this script writes otherwise takes two, the older "<tat>:<e>"
+  -- three (a plain search for ':' to choose the form first cost one call
+  -- more on a plain integer, and saved none on the others).
+  local tat, e, r = string.match(v, '^%d+$'), '0', nil
+  if not tat then
     tat, e, r = string.match(v, '^(%d+):(%d+):(%d+)$')
     if not tat then
       tat, e = string.match(v, '^(%d+):(%d+)$')
@@ -65,10 +65,10 @@ if v then
   if not tat or #tat > 16 or #e > 16 or (r and #r > 16) then
     return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a token bucket')
   end
-  tat, e = tonumber(tat), tonumber(e)
-  if r and tonumber(r) ~= R then e = 0 end
+  tat, e = tat + 0, e + 0
+  if r and r + 0 ~= R then e = 0 end
   local back = 0
-  if refund then back = n elseif lease then back = tonumber(ARGV[#ARGV - 2]) end
+  if refund then back = n elseif lease then back = ARGV[#ARGV - 2] + 0 end
   if back > 0 and tat > now then
     -- Refund: the bucket is full at tat - e/R; n tokens earlier is
     -- tat - (e + n*P)/R, moved on the stored instant (not on the debt seen
@@ -81,7 +81,7 @@ if v then
     if tat > now then
       local value = string.format('%d', tat)
       if e > 0 then value = value .. string.format(':%d:%d', e, R) end
-      redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000))
+      redis.call('SET', key, value, 'PX', string.format('%d', math.ceil((tat - now) / 1000)))
     else
       redis.call('DEL', key)
       tat, e = 0, 0
@@ -111,7 +111,7 @@ if charge then
   -- exact integer. The debt is read off the stored instant, unclamped (a
   -- clock behind sees its lag as debt, and records less). The reply's
   -- third integer is the tokens the cap cut off.
-  local max_debt = tonumber(ARGV[#ARGV - 1])
+  local max_debt = ARGV[#ARGV - 1] + 0
   if max_debt < 0 then max_debt = burst end
   local ceiling = 9007199254740992 - R
   if max_debt <= math.floor((ceiling - C) / P) then ceiling = C + max_debt * P end
@@ -132,7 +132,7 @@ if charge then
     vtat = now + d
     local value = string.format('%d', vtat)
     if e > 0 then value = value .. string.format(':%d:%d', e, R) end
-    redis.call('SET', key, value, 'PX', math.ceil(d / 1000))
+    redis.call('SET', key, value, 'PX', string.format('%d', math.ceil(d / 1000)))
   end
   if over then return {1, 0, n - k, vtat - now} end
   return {1, math.floor(math.max(0, C - owed) / P), n - k, math.ceil(owed / R)}
@@ -142,7 +142,7 @@ local granted = n
 if lease then
   -- The fair share: at most half of what the bucket holds, unless n alone
   -- needs more; never more than want (see algorithm.Leaser).
-  local want = tonumber(ARGV[#ARGV - 1])
+  local want = ARGV[#ARGV - 1] + 0
   local available = math.floor((C - debt) / P)
   if want == 0 then return {0, available, 0, 0, now} end
   granted = lease_units(n, burst, available, want)
@@ -160,14 +160,16 @@ end
 if n <= burst and debt + n * P <= C then
   debt = debt + n * P
   local d = math.ceil(debt / R) -- microseconds until full again
-  local e = d * R - debt
-  local value
-  if e == 0 then
-    value = string.format('%d', now + d)
-  else
-    value = string.format('%d:%d:%d', now + d, e, R)
+  if not peek then
+    local e = d * R - debt
+    local value
+    if e == 0 then
+      value = string.format('%d', now + d)
+    else
+      value = string.format('%d:%d:%d', now + d, e, R)
+    end
+    redis.call('SET', key, value, 'PX', string.format('%d', math.ceil(d / 1000)))
   end
-  if not peek then redis.call('SET', key, value, 'PX', math.ceil(d / 1000)) end
   if lease or atmost then return {granted, math.floor((C - debt) / P), 0, d, now} end
   return {1, math.floor((C - debt) / P), 0, d}
 end
