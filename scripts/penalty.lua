@@ -54,10 +54,10 @@
 local ahead = ARGV[#ARGV] == 'ahead'
 lease = lease or ahead
 local t = now
-local after = tonumber(ARGV[3])
-local within = tonumber(ARGV[4])
-local ban = tonumber(ARGV[5])
-local maxban = tonumber(ARGV[6])
+local after = ARGV[3] + 0
+local within = ARGV[4] + 0
+local ban = ARGV[5] + 0
+local maxban = ARGV[6] + 0
 local probe = ARGV[7]
 
 local ikeys = {}
@@ -133,7 +133,7 @@ if v then
   if not a or #a > 16 or #b > 16 or #c > 16 or #d > 16 then
     return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a penalty box')
   end
-  denials, since, untl, strikes = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+  denials, since, untl, strikes = a + 0, b + 0, c + 0, d + 0
 end
 if strikes > 0 and t >= untl and t - untl >= maxban then
   strikes = 0 -- quiet for MaxBan since the last ban: forgiven
@@ -211,6 +211,6 @@ if not peek then
   local ttl = 0
   if denials > 0 then ttl = since + within - t end
   if strikes > 0 and untl + maxban - t > ttl then ttl = untl + maxban - t end
-  redis.pcall('SET', key, string.format('%d:%d:%d:%d', denials, since, untl, strikes), 'PX', math.ceil(ttl / 1000))
+  redis.pcall('SET', key, string.format('%d:%d:%d:%d', denials, since, untl, strikes), 'PX', string.format('%d', math.ceil(ttl / 1000)))
 end
 return reply(head, r)
