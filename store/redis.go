@@ -62,7 +62,7 @@ func (f redisOption) applyRedis(r *Redis) { f(r) }
 
 // DefaultMaxInFlight is the number of round trips a Redis store runs at once
 // before it pipelines further decisions; see WithMaxInFlight. At 8
-// concurrent callers it made 1.28x the decisions/s that 4 did, and about as
+// concurrent callers it made 1.25x the decisions/s that 4 did, and about as
 // many as with pipelining off; from 32 callers up, pipelining makes more
 // (store's BenchmarkMaxInFlight; docs/performance.md).
 const DefaultMaxInFlight = 8
@@ -119,24 +119,10 @@ func NewRedis(client redis.UniversalClient, opts ...RedisOption) (*Redis, error)
 	if !r.bounded {
 		r.combine = nil
 	}
-	if p := poolSize(client); r.combine != nil && p > 0 {
+	if _, p, _ := clientOptions(client); r.combine != nil && p > 0 {
 		r.combine.maxInFlight = min(r.combine.maxInFlight, p)
 	}
 	return r, nil
-}
-
-// poolSize is the size of client's main connection pool (per server of a
-// Cluster or Ring), or 0 when client is of another kind.
-func poolSize(client redis.UniversalClient) int {
-	switch c := client.(type) {
-	case interface{ Options() *redis.Options }:
-		return c.Options().PoolSize
-	case interface{ Options() *redis.ClusterOptions }:
-		return c.Options().PoolSize
-	case interface{ Options() *redis.RingOptions }:
-		return c.Options().PoolSize
-	}
-	return 0
 }
 
 // ErrInvalidClient is wrapped by NewRedis's errors.
@@ -154,15 +140,8 @@ func honoursDeadlines(client redis.UniversalClient) (bool, error) {
 	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
 		return false, fmt.Errorf("%w: nil %T", ErrInvalidClient, client)
 	}
-	var enabled bool
-	switch c := client.(type) {
-	case interface{ Options() *redis.Options }:
-		enabled = c.Options().ContextTimeoutEnabled
-	case interface{ Options() *redis.ClusterOptions }:
-		enabled = c.Options().ContextTimeoutEnabled
-	case interface{ Options() *redis.RingOptions }:
-		enabled = c.Options().ContextTimeoutEnabled
-	default:
+	enabled, _, known := clientOptions(client)
+	if !known {
 		return false, nil
 	}
 	if !enabled {
@@ -170,6 +149,23 @@ func honoursDeadlines(client redis.UniversalClient) (bool, error) {
 			"or it ignores the limiter's deadlines and a hung Redis holds every caller for its socket timeouts", ErrInvalidClient)
 	}
 	return true, nil
+}
+
+// clientOptions reads what the store needs of a go-redis client's options:
+// ContextTimeoutEnabled and the main pool's size (per server of a Cluster
+// or Ring); known is false for a client of another kind. A client is
+// recognised by its Options method, so a type that embeds one is read as
+// the client it embeds.
+func clientOptions(client redis.UniversalClient) (contextTimeout bool, poolSize int, known bool) {
+	switch c := client.(type) {
+	case interface{ Options() *redis.Options }:
+		return c.Options().ContextTimeoutEnabled, c.Options().PoolSize, true
+	case interface{ Options() *redis.ClusterOptions }:
+		return c.Options().ContextTimeoutEnabled, c.Options().PoolSize, true
+	case interface{ Options() *redis.RingOptions }:
+		return c.Options().ContextTimeoutEnabled, c.Options().PoolSize, true
+	}
+	return false, 0, false
 }
 
 // Decide runs the strategy's script on its key with one EVALSHA (EVAL when the
