@@ -108,10 +108,10 @@ func (l *Limiter) buildAtMostMode() {
 	if !ok {
 		return
 	}
-	l.atMost = mode{op: viewStore{l.store, g.AtMost}, spends: l.leases, local: l.leases != nil, grants: true}
+	l.atMost = mode{op: viewStore(g.AtMost), spends: l.leases, local: l.leases != nil, grants: true}
 	if fb := l.fallback; fb != nil {
 		if fg, ok := fb.store.(store.Granter); ok {
-			l.atMost.fallback = &fallback{strategy: fb.strategy, store: viewStore{fb.store, fg.AtMost}, instances: fb.instances}
+			l.atMost.fallback = &fallback{strategy: fb.strategy, store: viewStore(fg.AtMost), instances: fb.instances}
 		}
 	}
 }

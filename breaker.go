@@ -193,8 +193,8 @@ var breakerStateNames = [...]string{BreakerClosed: "closed", BreakerHalfOpen: "h
 // limiters share its store.
 //
 // Outside a run of failures, a decision costs the breaker the lookup of its
-// circuit (a type assertion; for a store.Sharded store also its Shard and a
-// map read) and two atomic loads, and allocates nothing. A Breaker is safe
+// circuit (for a store.Sharded store, its Shard and a map read) and two
+// atomic loads, and allocates nothing. A Breaker is safe
 // for concurrent use.
 type Breaker struct {
 	minFailures  int64
@@ -308,15 +308,15 @@ func openness(s BreakerState) int {
 	return 0
 }
 
-// admit returns the circuit of key's shard in st, and whether a decision
+// admit returns the circuit of key's shard in sh, and whether a decision
 // may call the store: while the circuit is closed always (two atomic loads
 // and no clock), and while it is open only as probe p (see admitOpen). A
 // nil Breaker (WithoutBreaker) admits every decision, with no circuit.
-func (b *Breaker) admit(st store.Store, key string, timeout time.Duration) (c *circuit, p probe, ok bool) {
+func (b *Breaker) admit(sh store.Sharded, key string, timeout time.Duration) (c *circuit, p probe, ok bool) {
 	if b == nil {
 		return nil, 0, true
 	}
-	c = b.circuitFor(st, key)
+	c = b.circuitFor(sh, key)
 	if !c.open.Load() {
 		return c, 0, true
 	}
@@ -324,11 +324,11 @@ func (b *Breaker) admit(st store.Store, key string, timeout time.Duration) (c *c
 	return c, p, ok
 }
 
-// circuitFor returns the circuit of key's shard in st: the store's Shard
-// when it is a store.Sharded, the breaker's one circuit otherwise.
-func (b *Breaker) circuitFor(st store.Store, key string) *circuit {
-	sh, ok := st.(store.Sharded)
-	if !ok {
+// circuitFor returns the circuit of key's shard in sh, the store's
+// sharding (Limiter.shards): the breaker's one circuit when sh is nil (the
+// store is not a store.Sharded) or names no shard.
+func (b *Breaker) circuitFor(sh store.Sharded, key string) *circuit {
+	if sh == nil {
 		return &b.one
 	}
 	shard := sh.Shard(key)

@@ -249,7 +249,7 @@ func (l *Limiter) leaseOptions() error {
 // ending by until (its start + the limiter's timeout); the circuit counts
 // its outcome as a decision's.
 func (l *Limiter) aheadTrip(key string, s algorithm.Strategy, now, until time.Time, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
-	ci, p, ok := l.cfg.breaker.admit(l.store, key, l.cfg.timeout)
+	ci, p, ok := l.cfg.breaker.admit(l.shards, key, l.cfg.timeout)
 	if p != 0 {
 		ci.abandon(p) // a probe is a request's to make
 	}

@@ -58,6 +58,7 @@ type Limiter struct {
 	strategy algorithm.Strategy // the limiter's own (Strategy)
 	rule     algorithm.Strategy // strategy as applied to keys: in its penalty box (WithPenalty) if any
 	store    store.Store
+	shards   store.Sharded  // store as a store.Sharded, for the breaker; nil when it is not
 	fallback *fallback      // nil unless the policy is FailLocal
 	denials  *denial.Cache  // nil without WithDenialCache
 	leases   *lease.Table   // nil without WithLeases
@@ -134,6 +135,7 @@ func New(s algorithm.Strategy, st store.Store, opts ...Option) (*Limiter, error)
 		return nil, err
 	}
 	l := &Limiter{strategy: s, rule: ruled, store: st, fallback: fb, cfg: cfg, waits: &waitQueues{}}
+	l.shards, _ = st.(store.Sharded)
 	clock := keyed.Clock{Exact: cfg.clock != nil}
 	if cfg.denialKeys > 0 {
 		l.denials = denial.New(cfg.denialKeys, clock)
@@ -191,15 +193,15 @@ func configure(s algorithm.Strategy, st store.Store, opts []Option) (config, err
 func (l *Limiter) buildModes() {
 	l.allow = mode{op: l.store, fallback: l.fallback, leases: l.leases, denials: l.denials, bans: true}
 	if p, ok := l.store.(store.Peeker); ok {
-		l.peek = mode{op: viewStore{l.store, p.Peek}, looks: l.leases, denials: l.denials}
+		l.peek = mode{op: viewStore(p.Peek), looks: l.leases, denials: l.denials}
 		if fb := l.fallback; fb != nil {
 			if fp, ok := fb.store.(store.Peeker); ok {
-				l.peek.fallback = &fallback{strategy: fb.strategy, store: viewStore{fb.store, fp.Peek}, instances: fb.instances}
+				l.peek.fallback = &fallback{strategy: fb.strategy, store: viewStore(fp.Peek), instances: fb.instances}
 			}
 		}
 	}
 	if rf, ok := l.store.(store.Refunder); ok {
-		l.refund = mode{op: viewStore{l.store, rf.Refund}}
+		l.refund = mode{op: viewStore(rf.Refund)}
 	}
 	for _, m := range []*mode{&l.allow, &l.peek, &l.refund} {
 		m.local = m.leases != nil || m.looks != nil || m.denials != nil
@@ -403,31 +405,50 @@ func (l *Limiter) request(key string, n int64) (store.Request, error) {
 }
 
 // fill validates a call and fills req, its store request under the
-// limiter's own rule (which it leaves partly filled on an error).
+// limiter's own rule (which it leaves partly filled on an error). The
+// errors are built out of line (badKey, badCost, clockNow), keeping the
+// path of a valid call short.
 func (l *Limiter) fill(req *store.Request, key string, n int64) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
 	if n < 1 || n > algorithm.MaxInt {
-		return fmt.Errorf("%w: %d, want 1 to 2^53", ErrInvalidCost, n)
+		return badCost(n)
 	}
 	req.Strategy, req.Prefix, req.Key, req.N, req.Timeout = l.rule, l.cfg.prefix, key, n, l.cfg.timeout
 	if l.cfg.clock != nil {
-		now := l.cfg.clock()
-		if us := now.UnixMicro(); us < 0 || us > maxTimeMicros {
-			return fmt.Errorf("%w: %v is outside 1970-01-01 to %v", ErrClockOutOfRange, now, MaxTime())
-		}
-		req.Now = now
+		return l.clockNow(req)
 	}
+	return nil
+}
+
+// clockNow sets req.Now to the limiter's clock (WithClock), or returns
+// ErrClockOutOfRange, wrapped, for a reading outside 1970 to MaxTime.
+func (l *Limiter) clockNow(req *store.Request) error {
+	now := l.cfg.clock()
+	if us := now.UnixMicro(); us < 0 || us > maxTimeMicros {
+		return fmt.Errorf("%w: %v is outside 1970-01-01 to %v", ErrClockOutOfRange, now, MaxTime())
+	}
+	req.Now = now
 	return nil
 }
 
 // checkKey returns ErrInvalidKey, wrapped, for an empty or over-long key.
 func checkKey(key string) error {
 	if key == "" || len(key) > store.MaxKeyLen {
-		return fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidKey, len(key), store.MaxKeyLen)
+		return badKey(key)
 	}
 	return nil
+}
+
+// badKey is ErrInvalidKey, wrapped, for key.
+func badKey(key string) error {
+	return fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidKey, len(key), store.MaxKeyLen)
+}
+
+// badCost is ErrInvalidCost, wrapped, for n.
+func badCost(n int64) error {
+	return fmt.Errorf("%w: %d, want 1 to 2^53", ErrInvalidCost, n)
 }
 
 // local decides the call in process when it can (ok): from the key's
@@ -484,7 +505,7 @@ func (l *Limiter) fromLease(ctx context.Context, c *call, ls *lease.Table) (res 
 		// call's timeout is the store not answering in time, as a round
 		// trip of its own that times out is.
 		if b := l.cfg.breaker; b != nil {
-			c.ci = b.circuitFor(c.m.op, req.Key)
+			c.ci = b.circuitFor(l.shards, req.Key)
 		}
 		res, o, err := l.failed(ctx, c, err)
 		return res, o, true, err
@@ -503,7 +524,7 @@ func (l *Limiter) fromLease(ctx context.Context, c *call, ls *lease.Table) (res 
 // counted by the circuit. An open circuit returns errCircuitOpen.
 func (l *Limiter) remote(ctx context.Context, c *call) error {
 	var ok bool
-	if c.ci, c.probe, ok = l.cfg.breaker.admit(c.m.op, c.req.Key, l.cfg.timeout); !ok {
+	if c.ci, c.probe, ok = l.cfg.breaker.admit(l.shards, c.req.Key, l.cfg.timeout); !ok {
 		c.o = outcomeCircuitOpen
 		return errCircuitOpen
 	}

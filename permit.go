@@ -53,12 +53,12 @@ func (l *Limiter) buildHoldModes() error {
 		return nil
 	}
 	l.holds.observer, _ = l.cfg.observer.(PermitObserver)
-	l.holds.acquire = mode{op: viewStore{l.store, h.Hold}}
-	l.holds.release = mode{op: viewStore{l.store, h.Hold}}
-	l.holds.renew = mode{op: viewStore{l.store, h.Hold}}
+	l.holds.acquire = mode{op: viewStore(h.Hold)}
+	l.holds.release = mode{op: viewStore(h.Hold)}
+	l.holds.renew = mode{op: viewStore(h.Hold)}
 	if fb := l.fallback; fb != nil {
 		if fh, ok := fb.store.(store.Holder); ok {
-			l.holds.acquire.fallback = &fallback{strategy: fb.strategy, store: viewStore{fb.store, fh.Hold}, instances: fb.instances}
+			l.holds.acquire.fallback = &fallback{strategy: fb.strategy, store: viewStore(fh.Hold), instances: fb.instances}
 			l.holds.local = fh
 		}
 	}

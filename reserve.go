@@ -68,9 +68,9 @@ func (l *Limiter) buildReserveModes() {
 	}
 	maxDebt := l.cfg.maxDebt
 	l.reserves.reserve = mode{op: l.store, fallback: l.fallback, denials: l.denials, bans: true, local: l.denials != nil}
-	l.reserves.charge = mode{op: viewStore{l.store, func(ctx context.Context, req store.Request) (algorithm.Decision, error) {
+	l.reserves.charge = mode{op: viewStore(func(ctx context.Context, req store.Request) (algorithm.Decision, error) {
 		return ch.Charge(ctx, req, maxDebt)
-	}}}
+	})}
 	if fb := l.fallback; fb != nil {
 		fc, okc := fb.store.(store.Charger)
 		fr, okr := fb.store.(store.Refunder)

@@ -106,26 +106,16 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	return res, err
 }
 
-// viewStore is a Store whose Decide is another operation of base (its Peek
-// or Refund): a Limiter's view of its store for that operation, so that
-// decide applies the breaker, fallback and policy to it as to AllowN. It
-// names base's shards as base does (store.Sharded), so that the breaker
-// charges the same circuit per server. It is never closed.
-type viewStore struct {
-	base store.Store
-	op   func(context.Context, store.Request) (algorithm.Decision, error)
-}
+// viewStore is a Store whose Decide is another operation of a store (its
+// Peek, Refund, AtMost, Hold or Charge): a Limiter's view of its store for
+// that operation, so that decide applies the breaker, fallback and policy
+// to it as to AllowN. The breaker finds the circuit by the Limiter's own
+// store (Limiter.shards), so a view is charged to the same circuit per
+// server. It is never closed.
+type viewStore func(context.Context, store.Request) (algorithm.Decision, error)
 
 func (s viewStore) Decide(ctx context.Context, req store.Request) (algorithm.Decision, error) {
-	return s.op(ctx, req)
+	return s(ctx, req)
 }
 
 func (s viewStore) Close() error { return nil }
-
-// Shard is base's Shard, or "" when base is not sharded.
-func (s viewStore) Shard(key string) string {
-	if sh, ok := s.base.(store.Sharded); ok {
-		return sh.Shard(key)
-	}
-	return ""
-}
