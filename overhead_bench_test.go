@@ -22,6 +22,10 @@ import (
 // in process; the redis pairs, on the real redis-server, show it beside a
 // round trip. Run with -cpu 1,2 to see the memory store scale with cores.
 //
+// bench/instructions.sh counts the instructions of the memory pairs'
+// loop bodies by their closures' names (BenchmarkOverhead.func2.1.1.1 and
+// func2.2.1.1): keep decide, then allow, as pair's first two closures.
+//
 // Every call is checked to be admitted, and the memory store to hold one
 // state per key: the load was spread as intended.
 func BenchmarkOverhead(b *testing.B) {
