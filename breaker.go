@@ -316,7 +316,9 @@ func (b *Breaker) admit(sh store.Sharded, key string, timeout time.Duration) (c 
 	if b == nil {
 		return nil, 0, true
 	}
-	c = b.circuitFor(sh, key)
+	if c = &b.one; sh != nil { // circuitFor's first case, without its call
+		c = b.circuitFor(sh, key)
+	}
 	if !c.open.Load() {
 		return c, 0, true
 	}
