@@ -2,7 +2,9 @@ package store_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,4 +129,47 @@ func BenchmarkRedisIncr(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkMemoryDecideClock is one decision on the in-process store at
+// its own clock (no Request.Now), as a Limiter without WithClock asks for
+// it, for each strategy of BenchmarkOverhead (limits that never deny), over
+// the 10,000 keys, every one of them held before timing, each goroutine
+// walking them from its own offset (as fleetbench's in-process cells do);
+// run with -cpu 1,2 to see it scale with cores. cpu-ns/op is the process's
+// CPU time per decision, which other processes taking the cores do not
+// inflate.
+func BenchmarkMemoryDecideClock(b *testing.B) {
+	for _, s := range []algorithm.Strategy{
+		algorithm.TokenBucket(1_000_000_000, time.Second, 1_000_000_000),
+		algorithm.FixedWindow(1_000_000_000_000, time.Hour),
+		algorithm.SlidingWindowCounter(1_000_000_000_000, time.Hour),
+	} {
+		b.Run(s.Name(), func(b *testing.B) {
+			m := store.NewMemory()
+			defer m.Close()
+			ctx := context.Background()
+			for _, k := range benchKeys {
+				if d, err := m.Decide(ctx, store.Request{Strategy: s, Prefix: "rl:", Key: k, N: 1}); err != nil || !d.Allowed {
+					b.Fatalf("%s: %+v, %v", k, d, err)
+				}
+			}
+			var goroutines atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			reportCPU(b, func() {
+				b.RunParallel(func(pb *testing.PB) {
+					var d algorithm.Decision
+					i := int(goroutines.Add(1)-1) * len(benchKeys) / runtime.GOMAXPROCS(0)
+					for pb.Next() {
+						i++
+						req := store.Request{Strategy: s, Prefix: "rl:", Key: benchKeys[i%len(benchKeys)], N: 1}
+						if err := m.DecideTo(ctx, &req, &d); err != nil || !d.Allowed {
+							b.Fatalf("call %d: %+v, %v", i, d, err)
+						}
+					}
+				})
+			})
+		})
+	}
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
@@ -34,7 +36,10 @@ const memoryShards = 256
 type Memory struct {
 	shards     [memoryShards]memoryShard
 	seed       maphash.Seed
-	clock      func() time.Time
+	clock      func() time.Time // WithMemoryClock's, or m.monotonic
+	mono       bool             // clock is m.monotonic, which apply reads inline
+	base       time.Time        // monotonic's wall clock reading, with its monotonic one
+	baseNs     int64            // base in Unix ns
 	sweepEvery time.Duration
 
 	callerTime atomic.Bool  // a Request carried its own Now
@@ -47,22 +52,81 @@ type Memory struct {
 	done       chan struct{}
 }
 
+// memoryShard is one lock's share of the keys: a chained hash table of
+// their entries by hash (the maphash of the key with the namespace mixed
+// in, see locate). An entry of hash h is in the chain that starts at
+// table[h*fibonacci>>shift]: the table's length is a power of two,
+// 1<<(64-shift), doubled whenever the entries outnumber it, so that a chain
+// holds about one entry and a lookup hashes nothing more. A shard fills a
+// cache line of its own, so that decisions on different shards write no
+// common line.
 type memoryShard struct {
-	mu sync.Mutex
-	// entries maps a key's hash to its entry, chained on the (rare) hash
-	// collision: one 64-bit hash per decision instead of Go's own hashing of
-	// three strings.
-	entries map[uint64]*memoryEntry
-	n       int   // entries, chains included
-	latest  int64 // latest decision time seen here, µs
-	_       [32]byte
+	mu     sync.Mutex
+	table  []*memoryEntry
+	shift  uint  // 64 - log2(len(table))
+	n      int   // entries
+	latest int64 // latest decision time seen here, µs
+	_      [8]byte
 }
 
-// memoryEntry is one key's state; prefix, tag and key identify it.
+// A shard is 64 bytes: with Memory 64-byte aligned (its size class, past
+// 16 KiB, is a multiple of 64), each shard fills one cache line.
+var _ [64 - unsafe.Sizeof(memoryShard{})]struct{}
+var _ [unsafe.Sizeof(memoryShard{}) - 64]struct{}
+
+// fibonacci is 2^64 divided by the golden ratio: multiplied by it, a hash's
+// top bits depend on all of its bits (Fibonacci hashing).
+const fibonacci = 0x9e3779b97f4a7c15
+
+// memoryTableMin is the length of a shard's table when it is made.
+const memoryTableMin = 8
+
+// slot is where the chain of hash h starts.
+func (sh *memoryShard) slot(h uint64) uint64 { return h * fibonacci >> sh.shift }
+
+// find returns the entry of req's key under tag, of hash h, or nil, and the
+// slot of its chain.
+func (sh *memoryShard) find(req *Request, tag string, h uint64) (*memoryEntry, uint64) {
+	i := sh.slot(h)
+	e := sh.table[i]
+	for e != nil && (e.h != h || !e.is(req, tag)) {
+		e = e.next
+	}
+	return e, i
+}
+
+// insert adds e at the head of the chain at slot i (sh.slot(e.h)), then
+// doubles the table if the entries now outnumber it.
+func (sh *memoryShard) insert(e *memoryEntry, i uint64) {
+	e.next, sh.table[i] = sh.table[i], e
+	sh.n++
+	if sh.n > len(sh.table) {
+		sh.resize(2 * len(sh.table))
+	}
+}
+
+// resize rehashes every entry into a table of n chains, n a power of two.
+func (sh *memoryShard) resize(n int) {
+	old := sh.table
+	sh.table = make([]*memoryEntry, n)
+	sh.shift = uint(64 - bits.TrailingZeros(uint(n)))
+	for _, e := range old {
+		for e != nil {
+			next := e.next
+			i := sh.slot(e.h)
+			e.next, sh.table[i] = sh.table[i], e
+			e = next
+		}
+	}
+}
+
+// memoryEntry is one key's state; prefix, tag and key identify it, h is
+// its hash (see locate).
 type memoryEntry struct {
 	prefix, tag, key string
 	state            algorithm.State
 	next             *memoryEntry
+	h                uint64
 }
 
 // MemoryOption configures NewMemory.
@@ -101,7 +165,6 @@ func WithSweepInterval(d time.Duration) MemoryOption {
 func NewMemory(opts ...MemoryOption) *Memory {
 	m := &Memory{
 		seed:       maphash.MakeSeed(),
-		clock:      monotonicClock(),
 		sweepEvery: time.Minute,
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
@@ -109,23 +172,26 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	for _, o := range opts {
 		o.applyMemory(m)
 	}
+	if m.clock == nil {
+		m.base = time.Now()
+		m.baseNs = m.base.UnixNano()
+		m.clock, m.mono = m.monotonic, true
+	}
 	m.horizon.Store(math.MinInt64)
 	for i := range m.shards {
-		m.shards[i].entries = make(map[uint64]*memoryEntry)
+		m.shards[i].resize(memoryTableMin)
 		m.shards[i].latest = math.MinInt64
 	}
 	go m.sweepLoop()
 	return m
 }
 
-// monotonicClock returns a clock that reads the wall clock once and then
-// advances it by the monotonic clock: time.Since reads one clock, time.Now
-// two. Its times carry no monotonic reading of their own (time.Unix is
-// cheaper than Time.Add, which keeps one).
-func monotonicClock() func() time.Time {
-	base := time.Now()
-	wall := base.UnixNano()
-	return func() time.Time { return time.Unix(0, wall+int64(time.Since(base))) }
+// monotonic is the default clock: the wall clock read at NewMemory,
+// advanced by the monotonic clock since (time.Since reads one clock,
+// time.Now two). Its times carry no monotonic reading of their own
+// (time.Unix is cheaper than Time.Add, which keeps one).
+func (m *Memory) monotonic() time.Time {
+	return time.Unix(0, m.baseNs+int64(time.Since(m.base)))
 }
 
 // Decide runs req.Strategy's Go rule on req.Key's state under its shard lock.
@@ -232,25 +298,33 @@ func (m *Memory) apply(req *Request, mode mode, rule rule, d *algorithm.Decision
 	tag, sh, h := m.locate(req)
 
 	sh.mu.Lock()
-	if now.IsZero() {
+	var us int64
+	switch {
+	case !now.IsZero():
+		us = now.UnixMicro()
+	case m.mono:
 		// Read the clock under the lock, as Redis reads TIME inside the
 		// script: decisions on a key then see time in the order they are
 		// made. Read before it, a request preempted between the two would
 		// be decided after later ones with an earlier time, and a token
 		// bucket charges a clock behind its last writer for the difference.
+		// This is m.monotonic(), with the µs taken from its ns.
+		ns := m.baseNs + int64(time.Since(m.base))
+		now, us = time.Unix(0, ns), ns/1000
+		if ns%1000 < 0 {
+			us-- // now.UnixMicro() rounds down
+		}
+	default:
 		now = m.clock()
+		us = now.UnixMicro()
 	}
 	// Read the horizon under the lock too: Sweep moves it before it locks
 	// any shard, so a key this shard no longer holds was dropped at a
 	// horizon no later than this one.
-	us := now.UnixMicro()
 	if hz := m.horizon.Load(); us < hz {
 		now, us = time.UnixMicro(hz), hz
 	}
-	e := sh.entries[h]
-	for e != nil && !e.is(req, tag) {
-		e = e.next
-	}
+	e, slot := sh.find(req, tag, h)
 	var st algorithm.State
 	switch {
 	case e == nil:
@@ -278,8 +352,7 @@ func (m *Memory) apply(req *Request, mode mode, rule rule, d *algorithm.Decision
 		return err
 	}
 	if err == nil && e == nil && records(mode, d.Allowed, st, us) {
-		sh.entries[h] = &memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, next: sh.entries[h]}
-		sh.n++
+		sh.insert(&memoryEntry{prefix: req.Prefix, tag: tag, key: req.Key, state: st, h: h}, slot)
 	}
 	if us > sh.latest {
 		sh.latest = us
@@ -313,8 +386,8 @@ func (m *Memory) locate(req *Request) (tag string, sh *memoryShard, h uint64) {
 	sh = &m.shards[h&(memoryShards-1)]
 	// Mix the namespace in above the shard bits, so that one user key under
 	// several prefixes or algorithms stays in one shard. Cheaply: an app has
-	// a handful of namespaces, so the few that agree on these bytes share a
-	// chain, told apart by the string comparison in memoryEntry.is; hashing
+	// a handful of namespaces, so the few that agree on these bits share a
+	// hash, told apart by the string comparison in memoryEntry.is; hashing
 	// the whole prefix on every decision would cost more than it saves.
 	h ^= namespaceBits(req.Prefix, tag) << 32
 	return tag, sh, h
@@ -335,21 +408,13 @@ func (m *Memory) Reset(_ context.Context, req Request) error {
 	tag, sh, h := m.locate(&req)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	var prev *memoryEntry
-	for e := sh.entries[h]; e != nil; prev, e = e, e.next {
-		if !e.is(&req, tag) {
-			continue
+	i := sh.slot(h)
+	for p := &sh.table[i]; *p != nil; p = &(*p).next {
+		if e := *p; e.h == h && e.is(&req, tag) {
+			*p = e.next
+			sh.n--
+			return nil
 		}
-		switch {
-		case prev != nil:
-			prev.next = e.next
-		case e.next != nil:
-			sh.entries[h] = e.next
-		default:
-			delete(sh.entries, h)
-		}
-		sh.n--
-		return nil
 	}
 	return nil
 }
@@ -364,14 +429,14 @@ func tagOf(s algorithm.Strategy) string {
 }
 
 // namespaceBits condenses a prefix and a tag into a few bits to mix into a
-// key's hash.
+// key's hash: their lengths and a few of their bytes.
 func namespaceBits(prefix, tag string) uint64 {
 	b := uint64(len(prefix))<<16 | uint64(len(tag))<<24
 	if len(prefix) > 0 {
 		b |= uint64(prefix[len(prefix)-1]) | uint64(prefix[len(prefix)/2])<<8
 	}
-	for i := 0; i < len(tag) && i < 4; i++ {
-		b ^= uint64(tag[i]) << (32 + 8*i)
+	if len(tag) > 0 {
+		b ^= uint64(tag[0])<<32 | uint64(tag[len(tag)-1])<<40 | uint64(tag[len(tag)/2])<<48
 	}
 	return b
 }
@@ -439,7 +504,7 @@ func (m *Memory) Sweep() {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		for h, e := range sh.entries {
+		for i, e := range sh.table {
 			// Rebuild the chain without the entries that are full.
 			var keep *memoryEntry
 			for e != nil {
@@ -451,11 +516,7 @@ func (m *Memory) Sweep() {
 				}
 				e = next
 			}
-			if keep == nil {
-				delete(sh.entries, h)
-			} else {
-				sh.entries[h] = keep
-			}
+			sh.table[i] = keep
 		}
 		sh.mu.Unlock()
 	}
@@ -486,7 +547,7 @@ func (m *Memory) Close() error {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		clear(sh.entries)
+		clear(sh.table)
 		sh.n = 0
 		sh.mu.Unlock()
 	}

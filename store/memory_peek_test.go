@@ -25,10 +25,8 @@ func (m *Memory) snapshot(req Request) snapshot {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	s := snapshot{n: sh.n, latest: sh.latest, callerTime: m.callerTime.Load()}
-	for e := sh.entries[h]; e != nil; e = e.next {
-		if e.is(&req, tag) {
-			s.state = e.state.(algorithm.Cloner).Clone()
-		}
+	if e, _ := sh.find(&req, tag, h); e != nil {
+		s.state = e.state.(algorithm.Cloner).Clone()
 	}
 	return s
 }

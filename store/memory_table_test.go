@@ -1,0 +1,105 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
+)
+
+// A shard's table keeps every key apart through its growth, Reset and
+// Sweep: 20,000 keys, each under two prefixes whose namespace bits agree
+// (so that their hashes collide and share a chain) and two algorithms, each
+// counted on its own; Reset drops exactly its key, and Sweep the full ones.
+func TestMemoryTableKeepsKeysApart(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := NewMemory(WithSweepInterval(time.Hour), WithMemoryClock(func() time.Time { return now }))
+	defer m.Close()
+	fw, tb := algorithm.FixedWindow(10, time.Minute), algorithm.TokenBucket(10, time.Hour, 10)
+	if namespaceBits("a:x:", tagOf(fw)) != namespaceBits("b:x:", tagOf(fw)) {
+		t.Fatal("the two prefixes are meant to collide")
+	}
+	const keys = 20_000
+	prefixes := []string{"a:x:", "b:x:"}
+	strategies := []algorithm.Strategy{fw, tb}
+	req := func(p, s, k int) Request {
+		return Request{Strategy: strategies[s], Prefix: prefixes[p], Key: "k" + strconv.Itoa(k), N: 1}
+	}
+	// Key k takes 1 + (k+p+s)%3 units under prefix p and strategy s.
+	for k := range keys {
+		for p := range prefixes {
+			for s := range strategies {
+				for range 1 + (k+p+s)%3 {
+					if d, err := m.Decide(ctx, req(p, s, k)); err != nil || !d.Allowed {
+						t.Fatalf("%+v: %+v, %v", req(p, s, k), d, err)
+					}
+				}
+			}
+		}
+	}
+	if n := m.Len(); n != 4*keys {
+		t.Fatalf("Len %d, want %d", n, 4*keys)
+	}
+	for i := range m.shards {
+		sh := &m.shards[i]
+		if sh.n > len(sh.table) {
+			t.Fatalf("shard %d: %d entries in a table of %d", i, sh.n, len(sh.table))
+		}
+	}
+	// remaining is what a peek of one unit would leave.
+	remaining := func(p, s, k int) int64 {
+		d, err := m.Peek(ctx, req(p, s, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Remaining
+	}
+	for k := range keys {
+		for p := range prefixes {
+			for s := range strategies {
+				if got, want := remaining(p, s, k), int64(10-2-(k+p+s)%3); got != want {
+					t.Fatalf("%+v: remaining %d, want %d", req(p, s, k), got, want)
+				}
+			}
+		}
+	}
+	// Reset the even keys under prefix 0 and the fixed window.
+	for k := 0; k < keys; k += 2 {
+		if err := m.Reset(ctx, req(0, 0, k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := m.Len(); n != 4*keys-keys/2 {
+		t.Fatalf("Len %d after Reset, want %d", n, 4*keys-keys/2)
+	}
+	for k := range keys {
+		for p := range prefixes {
+			for s := range strategies {
+				want := int64(10 - 2 - (k+p+s)%3)
+				if p == 0 && s == 0 && k%2 == 0 {
+					want = 9
+				}
+				if got := remaining(p, s, k); got != want {
+					t.Fatalf("%+v after Reset: remaining %d, want %d", req(p, s, k), got, want)
+				}
+			}
+		}
+	}
+	// A minute on, the fixed windows are over and the buckets (a sixth of a
+	// token a minute) not yet full.
+	now = now.Add(time.Minute)
+	m.Sweep()
+	if n := m.Len(); n != 2*keys {
+		t.Fatalf("Len %d after Sweep, want %d", n, 2*keys)
+	}
+	for k := range keys {
+		for p := range prefixes {
+			if got := remaining(p, 0, k); got != 9 {
+				t.Fatalf("%+v after Sweep: remaining %d, want 9", req(p, 0, k), got)
+			}
+		}
+	}
+}
