@@ -61,12 +61,19 @@ type Memory struct {
 // cache line of its own, so that decisions on different shards write no
 // common line.
 type memoryShard struct {
+	memoryShardFields
+	_ [64 - unsafe.Sizeof(memoryShardFields{})]byte
+}
+
+// memoryShardFields are a shard's fields, padded to 64 bytes by
+// memoryShard on every platform: 56 bytes where ints and pointers are 8
+// bytes, 36 where they are 4.
+type memoryShardFields struct {
 	mu     sync.Mutex
 	table  []*memoryEntry
 	shift  uint  // 64 - log2(len(table))
 	n      int   // entries
 	latest int64 // latest decision time seen here, µs
-	_      [8]byte
 }
 
 // A shard is 64 bytes: with Memory 64-byte aligned (its size class, past
