@@ -396,7 +396,7 @@ func (m *Memory) locate(req *Request) (tag string, sh *memoryShard, h uint64) {
 	// a handful of namespaces, so the few that agree on these bits share a
 	// hash, told apart by the string comparison in memoryEntry.is; hashing
 	// the whole prefix on every decision would cost more than it saves.
-	h ^= namespaceBits(req.Prefix, tag) << 32
+	h ^= namespaceBits(req.Prefix, tag) << namespaceShift
 	return tag, sh, h
 }
 
@@ -435,7 +435,12 @@ func tagOf(s algorithm.Strategy) string {
 	return s.Name()
 }
 
-// namespaceBits condenses a prefix and a tag into a few bits to mix into a
+// namespaceShift is where locate mixes namespaceBits into a key's hash:
+// just above the shard bits, so that all of namespaceBits' 56 bits stay in
+// the 64 of the hash.
+const namespaceShift = 8
+
+// namespaceBits condenses a prefix and a tag into 56 bits to mix into a
 // key's hash: their lengths and a few of their bytes.
 func namespaceBits(prefix, tag string) uint64 {
 	b := uint64(len(prefix))<<16 | uint64(len(tag))<<24

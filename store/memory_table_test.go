@@ -103,3 +103,35 @@ func TestMemoryTableKeepsKeysApart(t *testing.T) {
 		}
 	}
 }
+
+// One key's hash differs under each built-in algorithm and under prefixes
+// that differ in their last byte (namespaceBits reads it), and stays in one
+// shard: the namespace is
+// mixed into the hash where it survives (TestMemoryTableKeepsKeysApart
+// covers the namespaces whose bits agree).
+func TestMemoryNamespacesSpreadHashes(t *testing.T) {
+	m := NewMemory()
+	defer m.Close()
+	strategies := []algorithm.Strategy{
+		algorithm.FixedWindow(10, time.Minute), algorithm.TokenBucket(10, time.Hour, 10),
+		algorithm.SlidingWindowLog(10, time.Minute), algorithm.SlidingWindowCounter(10, time.Minute),
+	}
+	var shard *memoryShard
+	seen := map[uint64]string{}
+	for _, p := range []string{"", "rl-a", "rl-b", "api:v1", "api:v2"} {
+		for _, s := range strategies {
+			req := Request{Strategy: s, Prefix: p, Key: "user:1", N: 1}
+			tag, sh, h := m.locate(&req)
+			if shard == nil {
+				shard = sh
+			} else if sh != shard {
+				t.Errorf("prefix %q, tag %q: another shard", p, tag)
+			}
+			ns := p + "|" + tag
+			if other, ok := seen[h]; ok {
+				t.Errorf("namespaces %q and %q give user:1 one hash %#x", other, ns, h)
+			}
+			seen[h] = ns
+		}
+	}
+}
