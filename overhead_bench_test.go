@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/cpubench"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -55,7 +56,7 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 		b.Run("decide", func(b *testing.B) {
 			b.ReportAllocs()
-			reportCPU(b, func() {
+			cpubench.Report(b, func() {
 				b.RunParallel(func(pb *testing.PB) {
 					i := 0
 					for pb.Next() {
@@ -71,7 +72,7 @@ func BenchmarkOverhead(b *testing.B) {
 		})
 		b.Run("allow", func(b *testing.B) {
 			b.ReportAllocs()
-			reportCPU(b, func() {
+			cpubench.Report(b, func() {
 				b.RunParallel(func(pb *testing.PB) {
 					i := 0
 					for pb.Next() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/cpubench"
 	"github.com/fleetlimit/fleetlimit/internal/redistest"
 	"github.com/fleetlimit/fleetlimit/internal/stores"
 	"github.com/fleetlimit/fleetlimit/store"
@@ -157,7 +158,7 @@ func BenchmarkMemoryDecideClock(b *testing.B) {
 			var goroutines atomic.Int64
 			b.ReportAllocs()
 			b.ResetTimer()
-			reportCPU(b, func() {
+			cpubench.Report(b, func() {
 				b.RunParallel(func(pb *testing.PB) {
 					var d algorithm.Decision
 					i := int(goroutines.Add(1)-1) * len(benchKeys) / runtime.GOMAXPROCS(0)
