@@ -626,7 +626,7 @@ func (b *bench) scalingWhy(lim, dec *inprocResult, want float64) string {
 			text = append(text, fmt.Sprintf("In the same rounds the anchors projected %s: none reached %.2f× either, so this run's machine may be the limit; rerun on idle cores before changing code.", andList(anchors), want))
 		}
 	}
-	text = append(text, fmt.Sprintf("Next step: at this blocked share, %.2f× needs at most %.0f CPU ns/op at 2 goroutines (now %.0f); find what runs slower per call with a second goroutine, with a CPU profile of BenchmarkOverhead's memory pairs (the repository's root) at -cpu 1,2.",
+	text = append(text, fmt.Sprintf("Next step: at this blocked share, %.2f× needs at most %.0f CPU ns/op at 2 goroutines (now %.0f). Every decision writes its shard's cache line (the shard's lock), and the keys of both goroutines are spread over all 256 shards, so the two cores take those lines from each other on nearly every call, on keys they do not share as on keys they do; x/time/rate in a sync.Map writes only the key's own limiter. The fix that follows is a lock of the key's own, found by a look-up that writes nothing shared.",
 		want, 2*c1*(1-bl)/want, c2))
 	return strings.Join(text, " ")
 }
