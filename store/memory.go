@@ -57,7 +57,8 @@ type Memory struct {
 // in, see locate). An entry of hash h is in the chain that starts at
 // table[h*fibonacci>>shift]: the table's length is a power of two,
 // 1<<(64-shift), doubled whenever the entries outnumber it, so that a chain
-// holds about one entry and a lookup hashes nothing more. A shard fills a
+// holds about one entry and a lookup hashes nothing more, and halved by
+// Sweep while they fill less than a quarter of it (see shrink). A shard fills a
 // cache line of its own, so that decisions on different shards write no
 // common line.
 type memoryShard struct {
@@ -530,7 +531,23 @@ func (m *Memory) Sweep() {
 			}
 			sh.table[i] = keep
 		}
+		sh.shrink()
 		sh.mu.Unlock()
+	}
+}
+
+// shrink halves the table while its entries fill less than a quarter of
+// it, down to memoryTableMin: a shard gives back what a burst of keys made
+// it grow to once Sweep has dropped them. After it the entries fill at
+// least a quarter of the table (or it is at its least), and insert doubles
+// it only past one entry per chain, so the two never take turns.
+func (sh *memoryShard) shrink() {
+	n := len(sh.table)
+	for n > memoryTableMin && 4*sh.n < n {
+		n /= 2
+	}
+	if n < len(sh.table) {
+		sh.resize(n)
 	}
 }
 

@@ -135,3 +135,71 @@ func TestMemoryNamespacesSpreadHashes(t *testing.T) {
 		}
 	}
 }
+
+// A sweep gives back the tables that a burst of keys made grow: once the
+// keys are full and dropped, every shard's table is back at its least, and
+// the store decides as before.
+func TestMemorySweepShrinksTables(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := NewMemory(WithSweepInterval(time.Hour), WithMemoryClock(func() time.Time { return now }))
+	defer m.Close()
+	tb := algorithm.TokenBucket(10, time.Hour, 10) // a unit back every 6 minutes
+	req := func(k int) Request { return Request{Strategy: tb, Key: "k" + strconv.Itoa(k), N: 1} }
+	const keys = 20_000
+	for k := range keys {
+		if d, err := m.Decide(ctx, req(k)); err != nil || !d.Allowed {
+			t.Fatalf("key %d: %+v, %v", k, d, err)
+		}
+	}
+	grown := 0
+	for i := range m.shards {
+		grown = max(grown, len(m.shards[i].table))
+	}
+	if grown <= memoryTableMin {
+		t.Fatalf("the tables never grew (largest %d)", grown)
+	}
+	// Half the keys spend again 5 minutes later: full 7 minutes after
+	// that, while the other half is full at 6 minutes.
+	now = now.Add(5 * time.Minute)
+	for k := range keys / 2 {
+		if d, err := m.Decide(ctx, req(k)); err != nil || !d.Allowed {
+			t.Fatalf("key %d: %+v, %v", k, d, err)
+		}
+	}
+	now = now.Add(3 * time.Minute) // the second half is full, the first not
+	m.Sweep()
+	if n := m.Len(); n != keys/2 {
+		t.Fatalf("Len %d after the first sweep, want %d", n, keys/2)
+	}
+	for i := range m.shards {
+		if sh := &m.shards[i]; len(sh.table) > memoryTableMin && 4*sh.n < len(sh.table) {
+			t.Fatalf("shard %d: %d entries left in a table of %d", i, sh.n, len(sh.table))
+		}
+	}
+	now = now.Add(5 * time.Minute)
+	m.Sweep()
+	if n := m.Len(); n != 0 {
+		t.Fatalf("Len %d after the last sweep, want 0", n)
+	}
+	for i := range m.shards {
+		if l := len(m.shards[i].table); l != memoryTableMin {
+			t.Fatalf("shard %d: a table of %d with no entries, want %d", i, l, memoryTableMin)
+		}
+	}
+	// The store decides as before on the shrunk tables, and every key is
+	// fresh: a full bucket admits its burst.
+	for k := range keys {
+		for range 10 {
+			if d, err := m.Decide(ctx, req(k)); err != nil || !d.Allowed {
+				t.Fatalf("key %d after the sweeps: %+v, %v", k, d, err)
+			}
+		}
+	}
+	if d, err := m.Decide(ctx, req(7)); err != nil || d.Allowed {
+		t.Fatalf("key 7, the 11th unit: %+v, %v, want denied", d, err)
+	}
+	if n := m.Len(); n != keys {
+		t.Fatalf("Len %d, want %d", n, keys)
+	}
+}
