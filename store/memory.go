@@ -15,8 +15,11 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-// memoryShards is the number of independently locked maps; a power of two.
-const memoryShards = 256
+// memoryShards is the number of independently locked maps, 1<<memoryShardBits.
+const (
+	memoryShardBits = 8
+	memoryShards    = 1 << memoryShardBits
+)
 
 // Memory is an in-process store: the state of each key lives in this
 // process's memory and every decision runs the strategy's Go rule under that
@@ -438,8 +441,10 @@ func tagOf(s algorithm.Strategy) string {
 
 // namespaceShift is where locate mixes namespaceBits into a key's hash:
 // just above the shard bits, so that all of namespaceBits' 56 bits stay in
-// the 64 of the hash.
-const namespaceShift = 8
+// the 64 of the hash (at most 8 shard bits).
+const namespaceShift = memoryShardBits
+
+var _ [8 - namespaceShift]struct{} // namespaceBits' 56 bits fit above the shard bits
 
 // namespaceBits condenses a prefix and a tag into 56 bits to mix into a
 // key's hash: their lengths and a few of their bytes.
