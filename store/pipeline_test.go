@@ -66,7 +66,7 @@ func TestPipelineBatchesAndStaysExact(t *testing.T) {
 	prefix := redistest.Prefix()
 	require.Equal(t, int64(4*320), hammer(t, r, s, prefix), "64*20 requests on 4 keys of limit 500: all 1280 admitted")
 	require.Greater(t, hook.max(), 1, "concurrent decisions shared a pipeline")
-	require.True(t, r.combine.idle())
+	require.Eventually(t, r.combine.idle, 5*time.Second, time.Millisecond, "the combiner ends idle once its last sender has released its slot")
 
 	// Now past the limit: 4 keys x 500 admitted in total, exactly.
 	require.Equal(t, int64(4*(500-320)), hammer(t, r, s, prefix))
@@ -129,7 +129,7 @@ func TestPipelineNoScript(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	require.True(t, r.combine.idle())
+	require.Eventually(t, r.combine.idle, 5*time.Second, time.Millisecond, "the combiner ends idle once its last sender has released its slot")
 }
 
 // Callers whose deadline passes while Redis is blocked (DEBUG SLEEP) return
