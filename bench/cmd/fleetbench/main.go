@@ -56,9 +56,13 @@ func main() {
 	flag.StringVar(&cfg.service, "service", "../cmd/fleetlimitd", "fleetlimitd's module, built with go build and measured over gRPC ('' to skip)")
 	flag.BoolVar(&cfg.skipInproc, "skip-inproc", false, "skip the in-process benchmarks (for development)")
 	flag.BoolVar(&cfg.skipRedis, "skip-redis", false, "skip the Redis benchmarks (for development)")
+	walk := flag.Bool("walk-order", false, "only measure the in-process walk's order against a shuffled one (see walkOrder), and print it")
 	flag.Parse()
 	defaults(&cfg)
 	log.SetFlags(log.Ltime)
+	if *walk {
+		os.Exit(walkOrder(os.Stdout, cfg.rounds, cfg.inprocDur))
+	}
 	os.Exit(run(cfg))
 }
 
