@@ -37,13 +37,10 @@ var (
 	ErrClockOutOfRange = errors.New("fleetlimit: clock out of range")
 )
 
-// maxTimeMicros is MaxTime in microseconds since the Unix epoch.
-const maxTimeMicros = algorithm.MaxInt - 2*int64(algorithm.MaxWindow/time.Microsecond)
-
 // MaxTime returns the latest clock reading a Limiter accepts (in the year
-// 2255): beyond it, times plus windows would leave the 2^53 microseconds
-// that Lua holds exactly.
-func MaxTime() time.Time { return time.UnixMicro(maxTimeMicros) }
+// 2235, TestMaxTimeYear): beyond it, times plus windows would leave the
+// 2^53 microseconds that Lua holds exactly.
+func MaxTime() time.Time { return time.UnixMicro(algorithm.MaxTimeMicros) }
 
 // Limiter applies one strategy through one store. It holds no per-key state
 // itself but for the in-process caches it is given (WithLeases,
@@ -374,7 +371,7 @@ func (l *Limiter) start(ctx context.Context, c *call, key string, n int64) (outc
 	if err := l.fill(&c.req, key, n); err != nil {
 		return outcomeInvalid, err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctxdone.Err(ctx); err != nil {
 		return outcome(DecidedByCaller), callerGone(key, err)
 	}
 	if w := l.skew; w != nil {
@@ -426,7 +423,7 @@ func (l *Limiter) fill(req *store.Request, key string, n int64) error {
 // ErrClockOutOfRange, wrapped, for a reading outside 1970 to MaxTime.
 func (l *Limiter) clockNow(req *store.Request) error {
 	now := l.cfg.clock()
-	if us := now.UnixMicro(); us < 0 || us > maxTimeMicros {
+	if us := now.UnixMicro(); us < 0 || us > algorithm.MaxTimeMicros {
 		return fmt.Errorf("%w: %v is outside 1970-01-01 to %v", ErrClockOutOfRange, now, MaxTime())
 	}
 	req.Now = now
@@ -589,7 +586,7 @@ func (l *Limiter) settle(ctx context.Context, c *call) (outcome, error) {
 		}
 		dc.Learn(c.req.Key, c.req.Strategy, c.req.N, c.sent, c.epoch, c.d, ban)
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctxdone.Err(ctx); err != nil {
 		c.res = l.none()
 		return outcome(DecidedByCaller), callerGone(c.req.Key, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 	"github.com/fleetlimit/fleetlimit/store"
 )
 
@@ -238,7 +239,7 @@ func (r Reservation) Cancel(ctx context.Context) error {
 // charged.
 func (r Reservation) settle(ctx context.Context, actual int64) (Result, error) {
 	l := r.l
-	if err := ctx.Err(); err != nil {
+	if err := ctxdone.Err(ctx); err != nil {
 		return l.none(), fmt.Errorf("fleetlimit: settle of a reservation of %q: caller gone, nothing settled: %w", r.key, err)
 	}
 	if !r.done.CompareAndSwap(false, true) {

@@ -23,6 +23,11 @@ const (
 	MaxWindow = 10 * 365 * 24 * time.Hour
 )
 
+// MaxTimeMicros is the latest decision time the rules take, in microseconds
+// since the Unix epoch (in the year 2235): a time plus two windows stays
+// within MaxInt. Times before the epoch are refused too.
+const MaxTimeMicros = MaxInt - 2*int64(MaxWindow/time.Microsecond)
+
 // ErrInvalidStrategy is wrapped by every configuration error a strategy
 // reports from Validate.
 var ErrInvalidStrategy = errors.New("invalid strategy")

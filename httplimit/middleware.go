@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 	"github.com/fleetlimit/fleetlimit/ratelimitheader"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -314,12 +315,17 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	default:
 		res, err = m.l.AllowN(fleetlimit.ContextWithRoute(r.Context(), route), key, min(n, algorithm.MaxInt))
 	}
+	gone := ctxdone.Err(r.Context())
 	switch {
-	case r.Context().Err() != nil:
-		// The client went away (or half-closed its connection): it is never
-		// admitted, and the handler never runs. Without a status written
-		// here net/http would answer an implicit 200.
-		m.deny(w, r, Denial{Status: StatusClientClosedRequest, Name: m.l.Name(), Result: res, Err: context.Cause(r.Context()),
+	case gone != nil:
+		// The client went away (or half-closed its connection, or its
+		// context's deadline passed): it is never admitted, and the handler
+		// never runs. Without a status written here net/http would answer an
+		// implicit 200.
+		if cause := context.Cause(r.Context()); cause != nil {
+			gone = cause
+		}
+		m.deny(w, r, Denial{Status: StatusClientClosedRequest, Name: m.l.Name(), Result: res, Err: gone,
 			Detail: "client closed request"})
 	case err == nil:
 		// A request costing more than the limit can never pass: its headers
