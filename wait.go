@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
 // Wait is WaitN(ctx, key, 1).
@@ -43,8 +45,10 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Result, error) {
 //
 // WaitN returns at once, without waiting, with an error and a Result that
 // has only Limit set: for bad input, as AllowN (ErrInvalidKey,
-// ErrInvalidCost, ErrClockOutOfRange); for n above the key's limit — its
-// tier's under WithStrategyFor, else the limiter's — which can never pass
+// ErrInvalidCost, ErrClockOutOfRange); for n above the most the key's
+// strategy admits in one request (algorithm.MaxCost: its limit, at most
+// algorithm.MaxLogCost for a sliding log) — its tier's under
+// WithStrategyFor, else the limiter's — which can never pass
 // (ErrInvalidCost, with the key's Limit); for an error from
 // WithStrategyFor's function, as AllowN returns it; when ctx's deadline comes before the head's
 // next retry — the waiter's own RetryAfter, or for a waiter joining behind
@@ -127,8 +131,8 @@ func (l *Limiter) waitable(ctx context.Context, key string, n int64) (Result, er
 		return none, err
 	}
 	none.Limit = s.Limit()
-	if n > s.Limit() {
-		return none, fmt.Errorf("fleetlimit: wait for %q: %w: %d is above the key's limit %d and can never pass", key, ErrInvalidCost, n, s.Limit())
+	if most := algorithm.MaxCost(s); n > most {
+		return none, fmt.Errorf("fleetlimit: wait for %q: %w: %d is above the most the key's strategy admits at once, %d, and can never pass", key, ErrInvalidCost, n, most)
 	}
 	return none, nil
 }

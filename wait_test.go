@@ -398,3 +398,23 @@ func TestWaitOrderWithOtherTraffic(t *testing.T) {
 	}
 	require.Zero(t, fleetlimit.Waiting(lim, "k"))
 }
+
+// A sliding log admits at most algorithm.MaxLogCost units in one request,
+// even under a larger limit: WaitN for more returns at once with
+// ErrInvalidCost and only Limit set, without asking the store or sleeping.
+func TestWaitNAboveMaxLogCost(t *testing.T) {
+	counted := &spy.Store{Store: stores.Memory(t)}
+	lim, err := fleetlimit.New(algorithm.SlidingWindowLog(3*algorithm.MaxLogCost, time.Minute), counted)
+	require.NoError(t, err)
+	sleep := func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second) // before the window's retry
+	defer cancel()
+	res, err := fleetlimit.WaitNSleeping(lim, sleep, ctx, "k", algorithm.MaxLogCost+1)
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidCost)
+	require.Equal(t, fleetlimit.Result{Limit: 3 * algorithm.MaxLogCost}, res)
+	require.Zero(t, counted.Calls.Load(), "asked the store for a cost that can never pass")
+	require.NoError(t, ctx.Err(), "it slept")
+	res, err = fleetlimit.WaitNSleeping(lim, sleep, ctx, "k", algorithm.MaxLogCost)
+	require.NoError(t, err)
+	require.True(t, res.Allowed, "MaxLogCost itself passes")
+}

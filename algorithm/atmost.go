@@ -46,9 +46,15 @@ func Grants(s Strategy) bool {
 
 // MaxCost is the largest cost s can ever admit in one request: its Limit,
 // and for a sliding log at most MaxLogCost; for All, the smallest of its
-// members'; for Penalize, its inner strategy's.
+// members'; for Penalize, its inner strategy's; 0 for a nil strategy (or
+// a composite with a nil member), which admits nothing.
 func MaxCost(s Strategy) int64 {
+	if isNilPointer(s) {
+		return 0
+	}
 	switch s := s.(type) {
+	case nil:
+		return 0
 	case *slidingWindowLog:
 		return min(s.limit, MaxLogCost)
 	case *all:
