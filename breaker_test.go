@@ -59,6 +59,8 @@ func TestNewBreakerRejectsBadConfig(t *testing.T) {
 	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
 	_, err = fleetlimit.New(algorithm.FixedWindow(1, time.Minute), mem, fleetlimit.WithObserver(nil))
 	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig)
+	_, err = fleetlimit.New(algorithm.FixedWindow(1, time.Minute), mem, fleetlimit.WithObserver(fleetlimit.ObserverFunc(nil)))
+	require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, "a nil ObserverFunc would panic at the first decision")
 
 	l, err := fleetlimit.New(algorithm.FixedWindow(1, time.Minute), mem)
 	require.NoError(t, err)

@@ -135,7 +135,7 @@ func (fb *fallback) ruleFor(s algorithm.Strategy, tiered bool) algorithm.Strateg
 // be FailLocal, or New fails with ErrInvalidConfig.
 func WithFallback(st store.Store, instances int64) Option {
 	return option(func(c *config) {
-		if st == nil {
+		if isNil(st) {
 			c.errs = append(c.errs, errors.New("nil fallback store"))
 		}
 		if instances < 1 {

@@ -25,7 +25,10 @@ func TestWithFallbackRejectsBadConfig(t *testing.T) {
 	defer mem.Close()
 	good := algorithm.SlidingWindowLog(10, time.Minute)
 	for name, mk := range map[string]func() (*fleetlimit.Limiter, error){
-		"nil store":   func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithFallback(nil, 4)) },
+		"nil store": func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithFallback(nil, 4)) },
+		"typed nil store": func() (*fleetlimit.Limiter, error) {
+			return fleetlimit.New(good, mem, fleetlimit.WithFallback((*store.Memory)(nil), 4))
+		},
 		"0 instances": func() (*fleetlimit.Limiter, error) { return fleetlimit.New(good, mem, fleetlimit.WithFallback(mem, 0)) },
 		"strategy without Scaled": func() (*fleetlimit.Limiter, error) {
 			return fleetlimit.New(unscalable{good}, mem, fleetlimit.WithFallback(mem, 4))

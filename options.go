@@ -224,7 +224,7 @@ func WithoutBreaker() Option {
 // WithObserver has o told about every decision (see Observer). Default: none.
 func WithObserver(o Observer) Option {
 	return option(func(c *config) {
-		if o == nil {
+		if isNil(o) {
 			c.errs = append(c.errs, errors.New("nil observer"))
 		}
 		c.observer = o

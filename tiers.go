@@ -117,11 +117,15 @@ func (b *penaltyBoxes) of(s, own, boxed algorithm.Strategy, p algorithm.Penalty)
 	return r
 }
 
-// isNil reports whether v is nil or a nil pointer in an interface.
+// isNil reports whether v is nil, or holds a nil pointer, func, map, channel
+// or slice (a typed nil: calling its methods would panic).
 func isNil(v any) bool {
 	if v == nil {
 		return true
 	}
-	r := reflect.ValueOf(v)
-	return r.Kind() == reflect.Pointer && r.IsNil()
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Chan, reflect.Slice:
+		return r.IsNil()
+	}
+	return false
 }
