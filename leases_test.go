@@ -883,6 +883,9 @@ func TestWithLeasesRejects(t *testing.T) {
 		{algorithm.All(algorithm.TokenBucket(1, time.Second, 5), noLease{algorithm.FixedWindow(10, time.Second)}), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second), fleetlimit.WithPenalty(1, time.Second, time.Second, time.Second)}, "its member 1"},
 		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(0, time.Second)}, "lease size"},
 		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, 0)}, "max age"},
+		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(4, time.Millisecond-time.Microsecond)}, "max age"},
+		{algorithm.FixedWindow(10, time.Second), []fleetlimit.Option{fleetlimit.WithLeases(-1, time.Second)}, "lease size"},
+		{noLease{algorithm.FixedWindow(10, time.Second)}, []fleetlimit.Option{fleetlimit.WithLeases(4, time.Second)}, "cannot lease"},
 	} {
 		_, err := fleetlimit.New(c.s, st, c.opts...)
 		require.ErrorIs(t, err, fleetlimit.ErrInvalidConfig, c.s.Name())
