@@ -239,7 +239,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // Result that has only Limit set, and nothing is recorded. n above the limit is a plain
 // denial, not an error, and leaves the key as it was.
 //
-// The decision takes at most the limiter's timeout. When the store cannot
+// The decision takes at most the limiter's timeout, which the store is
+// given as Request.Timeout (a Store of your own must honour it, as Memory
+// and Redis do: see store.Store.Decide). When the store cannot
 // decide, the fallback does (WithFallback), or else the FailurePolicy: the
 // Result follows it and the error wraps ErrStoreUnavailable and the cause.
 // While the circuit breaker is open (see Breaker) the store is not called

@@ -33,7 +33,12 @@ var (
 type Store interface {
 	// Decide applies req.Strategy to the state of req.Key for a request of
 	// cost req.N, atomically, and returns the decision. A store failure is an
-	// error; the caller (fleetlimit.Limiter) decides what it means.
+	// error; the caller (fleetlimit.Limiter) decides what it means. It
+	// returns once req.Timeout (when set) has passed, or ctx is done, with
+	// an error: the Limiter passes its timeout there and nowhere else, so
+	// a store that waits past it holds its callers as long as it waits, and
+	// no failure policy decides meanwhile. Memory never waits; Redis
+	// honours both.
 	Decide(ctx context.Context, req Request) (algorithm.Decision, error)
 	// Close releases the store's resources. The first call returns nil (or
 	// the error of releasing them); later calls return ErrClosed, as does
@@ -96,7 +101,8 @@ type Request struct {
 	// Now is the decision time; the zero Time means the store's own clock
 	// (the Redis server's TIME; the Memory store's clock).
 	Now time.Time
-	// Timeout bounds a decision that does I/O; 0 means only ctx bounds it.
+	// Timeout bounds a decision that does I/O (see Store.Decide); 0 means
+	// only ctx bounds it.
 	Timeout time.Duration
 	// Permit is the operation on one permit that Holder.Hold applies
 	// (take, give back or extend it, by its identity); nil for every
