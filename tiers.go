@@ -118,7 +118,9 @@ func (b *penaltyBoxes) of(s, own, boxed algorithm.Strategy, p algorithm.Penalty)
 }
 
 // isNil reports whether v is nil, or holds a nil pointer, func, map, channel
-// or slice (a typed nil: calling its methods would panic).
+// or slice: a typed nil, refused where a store, strategy or observer is
+// given (a nil func's or pointer's methods panic; a nil map's or slice's
+// need not, but such a value holds nothing to decide with).
 func isNil(v any) bool {
 	if v == nil {
 		return true
