@@ -31,9 +31,10 @@ var (
 	// ErrInvalidConfig is wrapped by every error New returns for a bad
 	// strategy, store or option.
 	ErrInvalidConfig = errors.New("fleetlimit: invalid configuration")
-	// ErrClockOutOfRange is returned when the WithClock clock reads a time
-	// before the Unix epoch or too far ahead for exact arithmetic (after
-	// MaxTime); nothing is recorded.
+	// ErrClockOutOfRange is returned when the WithClock clock, or the
+	// store's own (store.ErrClockOutOfRange), reads a time before the Unix
+	// epoch or too far ahead for exact arithmetic (after MaxTime); nothing
+	// is recorded, and no failure policy decides.
 	ErrClockOutOfRange = errors.New("fleetlimit: clock out of range")
 )
 
@@ -566,15 +567,27 @@ func (l *Limiter) failed(ctx context.Context, c *call, err error) (Result, outco
 	if cerr := ctxdone.Err(ctx); cerr != nil {
 		return l.none(), outcome(DecidedByCaller), callerGone(c.req.Key, cerr)
 	}
-	if errors.Is(err, store.ErrClosed) {
-		// A store or client used after Close is the program's mistake,
-		// not an outage: no policy may admit for it, nor a breaker count it.
-		return l.none(), outcomeInvalid, fmt.Errorf("fleetlimit: decision for %q: %w (used after Close: nothing was decided, not even by the failure policy)", c.req.Key, err)
+	if merr := mistake(c.req.Key, err); merr != nil {
+		return l.none(), outcomeInvalid, merr
 	}
 	if c.probe == 0 {
 		c.ci.failed(err)
 	}
 	return l.degraded(ctx, c, fmt.Errorf("%w: %w", ErrStoreUnavailable, err), false)
+}
+
+// mistake is the error of a store failure err that is the program's
+// mistake, not an outage, or nil: a store or client used after Close, or a
+// store whose own clock is out of range. No policy may admit for it, nor a
+// breaker count it.
+func mistake(key string, err error) error {
+	switch {
+	case errors.Is(err, store.ErrClosed):
+		return fmt.Errorf("fleetlimit: decision for %q: %w (used after Close: nothing was decided, not even by the failure policy)", key, err)
+	case errors.Is(err, store.ErrClockOutOfRange):
+		return fmt.Errorf("fleetlimit: decision for %q: %w: %w (nothing was decided, not even by the failure policy)", key, ErrClockOutOfRange, err)
+	}
+	return nil
 }
 
 // settle turns the store's decision into the call's Result: the denial

@@ -257,6 +257,34 @@ func TestClosedStoreIsAnError(t *testing.T) {
 	}
 }
 
+// A store whose own clock is out of range (a memory store's unset fake
+// clock reads the year 1) is the program's mistake, not an outage: under
+// every policy each decision is denied with only Limit set and an error
+// wrapping ErrClockOutOfRange, not ErrStoreUnavailable; the breaker stays
+// closed; the observer is told nothing.
+func TestStoreClockOutOfRangeIsAnError(t *testing.T) {
+	for _, policy := range []fleetlimit.FailurePolicy{fleetlimit.FailLocal, fleetlimit.FailOpen, fleetlimit.FailClosed} {
+		st := store.NewMemory(store.WithMemoryClock(func() time.Time { return time.Time{} }))
+		observed := 0
+		br := newBreaker(t, fleetlimit.BreakerConfig{MinFailures: 1, MinOutage: -1})
+		l, err := fleetlimit.New(algorithm.TokenBucket(10, time.Second, 10), st, fleetlimit.WithFailurePolicy(policy),
+			fleetlimit.WithBreaker(br), fleetlimit.WithObserver(fleetlimit.ObserverFunc(func(fleetlimit.Event) { observed++ })))
+		require.NoError(t, err)
+		for range 3 {
+			res, err := l.Allow(bg, "u")
+			require.ErrorIs(t, err, fleetlimit.ErrClockOutOfRange, "%v", policy)
+			require.ErrorIs(t, err, store.ErrClockOutOfRange, "%v", policy)
+			require.NotErrorIs(t, err, fleetlimit.ErrStoreUnavailable, "%v", policy)
+			require.Equal(t, fleetlimit.Result{Limit: 10}, res, "%v: denied, by no policy", policy)
+		}
+		require.Equal(t, fleetlimit.BreakerClosed, br.State(), "%v: the breaker counts no mistake", policy)
+		require.Zero(t, observed, "%v: no decision was made", policy)
+		require.Zero(t, st.Len(), "%v: nothing recorded", policy)
+		require.NoError(t, l.Close())
+		require.NoError(t, st.Close())
+	}
+}
+
 // A caller's cancelled context is reported as such, not as a store outage,
 // is denied under either policy, and records nothing.
 func TestCancelledContext(t *testing.T) {

@@ -127,7 +127,9 @@ func heldBy(shadow bool, o outcome) holder {
 //
 // Everything else is as AllowN: bad input (ErrInvalidKey,
 // ErrClockOutOfRange) takes nothing; the timeout, the circuit breaker and
-// a caller gone (denied, never admitted) apply unchanged. When the store
+// a caller gone (denied, never admitted) apply unchanged — a slot the
+// store took for a caller gone meanwhile is released before Acquire
+// returns, within the limiter's timeout. When the store
 // cannot answer, the failure policy decides, and the error wraps
 // ErrStoreUnavailable: FailLocal takes the permit in the fallback store,
 // at limit / instances (WithFallback) — an in-process semaphore, whose
@@ -155,6 +157,9 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Permit, Result, erro
 	c := call{m: &l.holds.acquire}
 	c.req.Permit = &algorithm.PermitOp{Kind: algorithm.AcquirePermit, ID: id}
 	res, o, err := l.decideCall(ctx, &c, key, 1)
+	if o.by() == DecidedByCaller && c.d.Allowed {
+		l.giveBack(ctx, key, id, c.req.Strategy)
+	}
 	if l.cfg.shadow {
 		decided := res.Allowed
 		res = shadowed(res, o)
@@ -166,6 +171,16 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Permit, Result, erro
 		return Permit{}, res, err
 	}
 	return Permit{l: l, key: key, id: id, rule: c.req.Strategy, where: heldBy(res.Shadow, o)}, res, err
+}
+
+// giveBack releases in the store the permit id of key that the store took
+// under rule for a caller gone meanwhile (denied): at once, within the
+// limiter's timeout but without the caller's context, which is done; not
+// told to the Observer, which was told of a denial. A release that fails
+// leaves the slot held until the permit's ttl, as any failed Release does.
+func (l *Limiter) giveBack(ctx context.Context, key, id string, rule algorithm.Strategy) {
+	p := Permit{l: l, key: key, id: id, rule: rule, where: heldInStore}
+	_, _, _ = p.release(context.WithoutCancel(ctx))
 }
 
 // Release gives the permit's slot back: exactly this permit's, never

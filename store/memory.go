@@ -153,7 +153,9 @@ func (f memoryOption) applyMemory(m *Memory) { f(m) }
 // store the same one. Default: the wall clock read once at NewMemory,
 // advanced by the monotonic clock since — about half the cost of time.Now,
 // and immune to steps of the system clock (which would otherwise refill a
-// token bucket or empty a window at once).
+// token bucket or empty a window at once). A reading before the Unix epoch
+// or after algorithm.MaxTimeMicros (an unset fake clock reads the year 1)
+// fails the decision with ErrClockOutOfRange, and nothing is recorded.
 func WithMemoryClock(now func() time.Time) MemoryOption {
 	return memoryOption(func(m *Memory) {
 		if now != nil {
@@ -328,6 +330,11 @@ func (m *Memory) apply(req *Request, mode mode, rule rule, d *algorithm.Decision
 	default:
 		now = m.clock()
 		us = now.UnixMicro()
+		if us < 0 || us > algorithm.MaxTimeMicros {
+			sh.mu.Unlock()
+			*d = algorithm.Decision{}
+			return fmt.Errorf("store: the memory store's clock reads %v: %w", now, ErrClockOutOfRange)
+		}
 	}
 	// Read the horizon under the lock too: Sweep moves it before it locks
 	// any shard, so a key this shard no longer holds was dropped at a

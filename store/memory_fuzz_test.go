@@ -21,7 +21,7 @@ import (
 //
 //	go test -run '^$' -fuzz FuzzMemoryMatchesModel -fuzztime 10m ./store/
 //
-// (./test.sh fuzzes it for FLEETLIMIT_FUZZTIME, 10s by default).
+// (./test.sh fuzzes it for FLEETLIMIT_FUZZTIME, 5s by default).
 func FuzzMemoryMatchesModel(f *testing.F) {
 	f.Add([]byte{0, 3, 3, 0, 0, 0, 1, 1, 1, 2, 16, 0, 17, 4})
 	f.Add([]byte{1, 4, 2, 5, 0, 3, 8, 1, 8, 2, 200, 0, 3, 5, 16, 3})

@@ -212,3 +212,33 @@ func TestMemoryClosedRefusesEveryDecision(t *testing.T) {
 	}
 	require.Zero(t, m.Len())
 }
+
+// A memory store whose clock reads before the Unix epoch or after
+// algorithm.MaxTimeMicros refuses the decision with ErrClockOutOfRange
+// (a rejection) and keeps nothing; a time the request carries is not its
+// clock's.
+func TestMemoryClockOutOfRange(t *testing.T) {
+	s := algorithm.TokenBucket(10, time.Second, 10)
+	for name, at := range map[string]time.Time{
+		"zero time":     {},
+		"before 1970":   time.Unix(-1, 0),
+		"after MaxTime": time.UnixMicro(algorithm.MaxTimeMicros + 1),
+		"the year 9999": time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		m := store.NewMemory(store.WithMemoryClock(func() time.Time { return at }))
+		d, err := m.Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: "k", N: 1})
+		require.ErrorIs(t, err, store.ErrClockOutOfRange, name)
+		require.ErrorIs(t, err, store.ErrRejected, name)
+		require.False(t, d.Allowed, name)
+		require.Zero(t, m.Len(), "%s: nothing recorded", name)
+		d, err = m.Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: "k", N: 1, Now: storetest.T0})
+		require.NoError(t, err, name)
+		require.True(t, d.Allowed, "%s: a fresh key at the request's own time starts full", name)
+		_ = m.Close()
+	}
+	m := store.NewMemory(store.WithMemoryClock(func() time.Time { return time.UnixMicro(algorithm.MaxTimeMicros) }))
+	defer m.Close()
+	d, err := m.Decide(ctx, store.Request{Strategy: s, Prefix: "p:", Key: "k", N: 1})
+	require.NoError(t, err, "MaxTimeMicros itself is in range")
+	require.True(t, d.Allowed)
+}

@@ -144,6 +144,15 @@ var (
 	// ErrUnavailable, so a circuit breaker opens on it. Redis.Ping reports
 	// it with the command's name.
 	ErrCommandRefused = fmt.Errorf("%w: the server refuses a command the store needs", ErrUnavailable)
+	// ErrClockOutOfRange reports that the store's own clock
+	// (WithMemoryClock) reads a time before the Unix epoch or after
+	// algorithm.MaxTimeMicros, which no decision can be made at: a mistake
+	// of the program, not an outage, and one that lasts until the clock is
+	// set right. It wraps ErrRejected; fleetlimit.Limiter denies such a
+	// decision under every failure policy, with an error wrapping
+	// fleetlimit.ErrClockOutOfRange, and its circuit breaker does not count
+	// it.
+	ErrClockOutOfRange = fmt.Errorf("%w: the store's clock is out of range", ErrRejected)
 	// ErrWrongType reports that the Redis key a strategy uses holds a value
 	// of another type (or format), written by something else. It wraps
 	// ErrRejected.

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 	"github.com/fleetlimit/fleetlimit/internal/keyed"
 	"github.com/fleetlimit/fleetlimit/internal/rule"
 )
@@ -411,8 +412,9 @@ func (t *Table) Serve(ctx context.Context, key string, s algorithm.Strategy, n i
 var ErrDeadline = fmt.Errorf("lease: the call's deadline passed: %w", context.DeadlineExceeded)
 
 // wait returns when flight's round trip is over, with ctx's error when
-// ctx is done (also if both happened: the caller is gone either way), or
-// ErrDeadline once c's deadline has passed.
+// ctx is done or its own deadline has passed (ctxdone.Err: even while
+// ctx.Err lags the deadline; also if both happened: the caller is gone
+// either way), or ErrDeadline once c's deadline has passed.
 //
 // The first round trip a call waits for was sent by a call that arrived
 // before it, or by the one that won the race to send the round trip this
@@ -429,7 +431,7 @@ func (c *Call) wait(ctx context.Context, flight *flight) error {
 		case <-flight.ready:
 		case <-ctx.Done():
 		}
-		return ctx.Err()
+		return ctxdone.Err(ctx)
 	}
 	left := time.Until(c.Deadline)
 	if left <= 0 {
@@ -439,11 +441,11 @@ func (c *Call) wait(ctx context.Context, flight *flight) error {
 	defer timer.Stop()
 	select {
 	case <-flight.ready:
-		return ctx.Err()
+		return ctxdone.Err(ctx)
 	case <-ctx.Done():
-		return ctx.Err()
+		return ctxdone.Err(ctx)
 	case <-timer.C:
-		if err := ctx.Err(); err != nil {
+		if err := ctxdone.Err(ctx); err != nil {
 			return err
 		}
 		return ErrDeadline
