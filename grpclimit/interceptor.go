@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 	"github.com/fleetlimit/fleetlimit/ratelimitheader"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -128,9 +129,9 @@ type Interceptor struct {
 //     client did nothing wrong. Only ratelimit-policy is sent: the
 //     remaining quota is unknown;
 //   - the caller is gone (the call's context is done: cancelled by the
-//     client, or its deadline passed): codes.Canceled or
-//     codes.DeadlineExceeded, and the handler does not run, shadow mode or
-//     not;
+//     client, or its deadline passed, even before ctx.Err says so):
+//     codes.Canceled or codes.DeadlineExceeded, and the handler does not
+//     run, shadow mode or not;
 //   - the key cannot be found (a KeyFunc error, or an empty key):
 //     codes.InvalidArgument, or the handler runs with
 //     WithKeyErrorPassThrough. A key longer than store.MaxKeyLen is limited
@@ -272,10 +273,13 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, setHead
 	default:
 		res, err = i.l.AllowN(fleetlimit.ContextWithRoute(ctx, method), key, min(n, algorithm.MaxInt))
 	}
+	gone := ctxdone.Err(ctx)
 	switch {
-	case ctx.Err() != nil:
-		// The caller is gone (or its deadline passed): never admitted.
-		return status.FromContextError(ctx.Err()).Err()
+	case gone != nil:
+		// The caller is gone (or its deadline passed, even while ctx.Err
+		// still lags it: the Limiter denied it with an error wrapping
+		// context.DeadlineExceeded): never admitted.
+		return status.FromContextError(gone).Err()
 	case err == nil:
 		canPass := res.Allowed || n <= res.Limit
 		if i.adapter.Headers {

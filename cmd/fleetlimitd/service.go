@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 	"github.com/fleetlimit/fleetlimit/ratelimitheader"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -363,7 +364,10 @@ func (s *service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 		wg.Wait()
 	}
-	if err := ctx.Err(); err != nil {
+	// A caller gone (or past its deadline, even while ctx.Err still lags
+	// it: the limiters denied it with an error wrapping
+	// context.DeadlineExceeded) is answered with its context's error.
+	if err := ctxdone.Err(ctx); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
 

@@ -55,6 +55,29 @@ func TestCallerGone(t *testing.T) {
 	}
 }
 
+// passedCtx is a context whose deadline has passed while its Err is still
+// nil, as a context's is until its timer has run.
+type passedCtx struct{ context.Context }
+
+func (passedCtx) Deadline() (time.Time, bool) { return time.Now().Add(-time.Microsecond), true }
+
+// TestCallerPastDeadline: a caller whose deadline has passed is answered
+// DeadlineExceeded, even before its context's Err says so (the limiter
+// denies it with an error wrapping context.DeadlineExceeded), not
+// Internal; nothing is charged.
+func TestCallerPastDeadline(t *testing.T) {
+	svc := newTestService(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	req := &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*commonpb.RateLimitDescriptor{desc("k", "v")}}
+	resp, err := svc.ShouldRateLimit(passedCtx{context.Background()}, req)
+	if status.Code(err) != codes.DeadlineExceeded || resp != nil {
+		t.Errorf("caller past its deadline: %v, %v; want DeadlineExceeded and no answer", resp, err)
+	}
+	resp, err = svc.ShouldRateLimit(context.Background(), req)
+	if err != nil || resp.Statuses[0].LimitRemaining != 4 {
+		t.Errorf("next caller: %v, %v; want remaining 4 (the late call charged nothing)", resp, err)
+	}
+}
+
 // TestDegradedLog: during an outage the log gets at most one record a
 // second, and every degraded decision is either logged or counted in the
 // next record's unlogged_since_last.
