@@ -48,6 +48,11 @@ const maxOverrides = 1024
 type bound struct {
 	*rule
 	limiter *fleetlimit.Limiter
+	// maxCost is the most the rule admits in one request
+	// (algorithm.MaxCost: its limit, at most algorithm.MaxLogCost for a
+	// sliding log): more hits can never pass, and get no Retry-After. A
+	// rule's limiter has no tiers, so it is every key's.
+	maxCost int64
 	policy  ratelimitheader.Policy
 	current *rlspb.RateLimitResponse_RateLimit
 	members []*rlspb.RateLimitResponse_RateLimit // current_limit of each also
@@ -165,7 +170,7 @@ func (ls *limiters) bind(r *rule) (*bound, error) {
 	if err != nil {
 		return nil, &ConfigError{File: r.file, Line: r.line, Reason: err.Error()}
 	}
-	b.limiter = l
+	b.limiter, b.maxCost = l, algorithm.MaxCost(s)
 	policyName := r.name
 	if policyName == "" {
 		policyName = name
@@ -384,7 +389,7 @@ func (s *service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 				if it.err != nil {
 					policies = append(policies, it.b.policy.String())
 				} else {
-					f := it.b.policy.Fields(it.res, it.res.Allowed || int64(min(it.hits, algorithm.MaxInt)) <= it.res.Limit)
+					f := it.b.policy.Fields(it.res, it.res.Allowed || int64(min(it.hits, algorithm.MaxInt)) <= it.b.maxCost)
 					policies, limits = append(policies, f.Policy), append(limits, f.RateLimit)
 					if !it.res.Allowed {
 						retryAfter = max(retryAfter, f.RetryAfter)
