@@ -25,10 +25,11 @@ type Result struct {
 	// token bucket reports whole tokens, rounded down.
 	Remaining int64
 	// RetryAfter is 0 when Allowed (but for a shadow admission) and > 0
-	// when denied: how long until the
-	// same request would pass with no other traffic. When n can never pass
-	// (n > Limit) it is ResetAfter, or the strategy's window if the key is
-	// already full; retrying will not help.
+	// when denied: how long until the same request would pass with no
+	// other traffic. When n can never pass (n above algorithm.MaxCost of the
+	// key's strategy: n > Limit, or n > algorithm.MaxLogCost for a sliding
+	// log) it is ResetAfter, or the strategy's window if the key is already
+	// full; retrying will not help.
 	RetryAfter time.Duration
 	// ResetAfter is how long until the key is back at full capacity with no
 	// further traffic (0: it already is). For a sliding log admitted just now

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 	"github.com/fleetlimit/fleetlimit/ratelimitheader"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -62,8 +63,9 @@ func ForMethods(fullMethods ...string) Option {
 }
 
 // WithCost charges each call cost(...) instead of 1. A call costing more
-// than the limit can never pass: codes.ResourceExhausted without
-// RetryInfo. A cost below 1 is the cost function's bug: codes.Internal.
+// than the limit, or than algorithm.MaxLogCost for a sliding log
+// (algorithm.MaxCost of the key's strategy), can never pass:
+// codes.ResourceExhausted without RetryInfo. A cost below 1 is the cost function's bug: codes.Internal.
 func WithCost(cost CostFunc) Option {
 	return option(func(i *Interceptor, errs *[]error) {
 		if cost == nil {
@@ -120,17 +122,18 @@ type Interceptor struct {
 //   - denied: codes.ResourceExhausted, with a google.rpc.RetryInfo detail
 //     whose retry_delay is the Result's RetryAfter, exactly, and the same
 //     metadata (ratelimit's t in whole seconds, rounded up);
-//   - cost above the limit (WithCost): codes.ResourceExhausted with no
-//     RetryInfo: waiting will not help;
+//   - cost above the limit, or above algorithm.MaxLogCost for a sliding
+//     log (WithCost): codes.ResourceExhausted with no RetryInfo: waiting
+//     will not help;
 //   - store unavailable: the decision is degraded (see Limiter.AllowN). If
 //     it admits (FailOpen, or the fallback), the handler runs; if it denies
 //     (FailClosed, or the fallback), codes.Unavailable with RetryInfo: the
 //     client did nothing wrong. Only ratelimit-policy is sent: the
 //     remaining quota is unknown;
 //   - the caller is gone (the call's context is done: cancelled by the
-//     client, or its deadline passed): codes.Canceled or
-//     codes.DeadlineExceeded, and the handler does not run, shadow mode or
-//     not;
+//     client, or its deadline passed, even before ctx.Err says so):
+//     codes.Canceled or codes.DeadlineExceeded, and the handler does not
+//     run, shadow mode or not;
 //   - the key cannot be found (a KeyFunc error, or an empty key):
 //     codes.InvalidArgument, or the handler runs with
 //     WithKeyErrorPassThrough. A key longer than store.MaxKeyLen is limited
@@ -272,12 +275,19 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, setHead
 	default:
 		res, err = i.l.AllowN(fleetlimit.ContextWithRoute(ctx, method), key, min(n, algorithm.MaxInt))
 	}
+	gone := ctxdone.Err(ctx)
 	switch {
-	case ctx.Err() != nil:
-		// The caller is gone (or its deadline passed): never admitted.
-		return status.FromContextError(ctx.Err()).Err()
+	case gone != nil:
+		// The caller is gone (or its deadline passed, even while ctx.Err
+		// still lags it: the Limiter denied it with an error wrapping
+		// context.DeadlineExceeded): never admitted.
+		return status.FromContextError(gone).Err()
 	case err == nil:
-		canPass := res.Allowed || n <= res.Limit
+		// A call costing more than the key's strategy ever admits at once
+		// (its limit; at most algorithm.MaxLogCost for a sliding log) can
+		// never pass.
+		most := i.adapter.MaxCost(res)
+		canPass := res.Allowed || n <= most
 		if i.adapter.Headers {
 			f := i.adapter.Policy.Fields(res, canPass)
 			_ = setHeader(metadata.Pairs(MetadataRateLimitPolicy, f.Policy, MetadataRateLimit, f.RateLimit))
@@ -286,6 +296,9 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, setHead
 		case res.Allowed:
 			return nil
 		case !canPass:
+			if most < res.Limit {
+				return status.Errorf(codes.ResourceExhausted, "grpclimit: %s: call cost %d exceeds %d, the most the limit %d admits at once", i.l.Name(), n, most, res.Limit)
+			}
 			return status.Errorf(codes.ResourceExhausted, "grpclimit: %s: call cost %d exceeds the limit %d", i.l.Name(), n, res.Limit)
 		default:
 			return withRetry(codes.ResourceExhausted, res.RetryAfter,

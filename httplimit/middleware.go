@@ -40,8 +40,9 @@ import (
 //   - a shadow admission (fleetlimit.WithShadow): the next handler runs;
 //     a shadow limiter sends no rate-limit headers unless
 //     WithShadowHeaders(true);
-//   - cost above the limit (WithCost): 413 Content Too Large, no Retry-After:
-//     waiting will not help;
+//   - cost above the limit, or above algorithm.MaxLogCost for a sliding
+//     log (algorithm.MaxCost of the key's strategy; WithCost): 413 Content
+//     Too Large, no Retry-After: waiting will not help;
 //   - store unavailable: the decision is degraded (see Limiter.AllowN). If
 //     it admits (FailOpen, or the fallback), the next handler runs; if it
 //     denies (FailClosed, or the fallback), 503 Service Unavailable with
@@ -146,8 +147,9 @@ func WithDraftHeaders(on bool) Option {
 type CostFunc func(*http.Request) (int64, error)
 
 // WithCost charges each request cost(r) instead of 1, e.g. its payload size
-// with CostByContentLength. A request costing more than the limit is answered
-// 413 Content Too Large; a cost below 1 is the cost function's bug and is
+// with CostByContentLength. A request costing more than the limit (or than
+// algorithm.MaxLogCost, for a sliding log: algorithm.MaxCost of the key's
+// strategy), which can never pass, is answered 413 Content Too Large; a cost below 1 is the cost function's bug and is
 // answered 500 Internal Server Error.
 func WithCost(cost CostFunc) Option {
 	return option(func(m *middleware, errs *[]error) {
@@ -328,9 +330,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.deny(w, r, Denial{Status: StatusClientClosedRequest, Name: m.l.Name(), Result: res, Err: gone,
 			Detail: "client closed request"})
 	case err == nil:
-		// A request costing more than the limit can never pass: its headers
-		// describe the quota alone, with no Retry-After to invite a retry.
-		never := !res.Allowed && n > res.Limit
+		// A request costing more than the key's strategy ever admits at once
+		// (its limit; at most algorithm.MaxLogCost for a sliding log) can
+		// never pass: its headers describe the quota alone, with no
+		// Retry-After to invite a retry.
+		most := m.adapter.MaxCost(res)
+		never := !res.Allowed && n > most
 		if m.adapter.Headers {
 			m.setLimitHeaders(w.Header(), res, !never)
 		}
@@ -339,7 +344,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			next.ServeHTTP(w, r)
 		case never:
 			m.deny(w, r, Denial{Status: http.StatusRequestEntityTooLarge, Name: m.l.Name(), Result: res,
-				Detail: fmt.Sprintf("request cost %d exceeds the limit %d", n, res.Limit)})
+				Detail: exceeds("request", n, most, res.Limit)})
 		default:
 			secs := ratelimitheader.RetryAfter(res.RetryAfter)
 			m.deny(w, r, Denial{Status: http.StatusTooManyRequests, Name: m.l.Name(), Result: res,
@@ -398,6 +403,16 @@ func statusText(status int) string {
 		return "Client Closed Request"
 	}
 	return http.StatusText(status)
+}
+
+// exceeds is the detail of a request (or call) of cost n that can never
+// pass: above the limit, or above most, the most the limit admits in one
+// request (a sliding log's algorithm.MaxLogCost).
+func exceeds(unit string, n, most, limit int64) string {
+	if most < limit {
+		return fmt.Sprintf("%s cost %d exceeds %d, the most the limit %d admits at once", unit, n, most, limit)
+	}
+	return fmt.Sprintf("%s cost %d exceeds the limit %d", unit, n, limit)
 }
 
 // plural is "1 second", "3 seconds".

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/rule"
 )
 
 // Adapter is what an adapter (httplimit, grpclimit) derives from its
@@ -21,6 +22,45 @@ type Adapter struct {
 	// Holds reports that the limiter is a concurrency limit
 	// (algorithm.Holds): each request (or call) holds one permit.
 	Holds bool
+	// costCap is the most any strategy of the limiter's shape admits in
+	// one request whatever its limit: algorithm.MaxLogCost when it is or
+	// holds a sliding log, else algorithm.MaxInt (see MaxCost).
+	costCap int64
+}
+
+// MaxCost is the most the key that res decided can ever admit in one
+// request — algorithm.MaxCost of the key's own strategy, its tier's
+// (fleetlimit.WithStrategyFor) or override's (fleetlimit.WithOverrides)
+// when it has one: res.Limit, the key's, and at most algorithm.MaxLogCost
+// when the limiter's strategy is or holds a sliding log. A tier or
+// override keeps the limiter's shape (only the limit may differ), so it
+// holds a sliding log exactly when the limiter's strategy does. For a
+// composite (algorithm.All) res.Limit is the smallest member limit that
+// the cost exceeds, when it exceeds one, so the bound is the composite's
+// too. A request of a larger cost, denied, can never pass: waiting will
+// not help.
+func (a Adapter) MaxCost(res fleetlimit.Result) int64 {
+	return min(res.Limit, a.costCap)
+}
+
+// costCap is Adapter.costCap for the limiter's strategy s: a penalty
+// box's is its strategy's, a composite's its members' smallest.
+func costCap(s algorithm.Strategy) int64 {
+	if s == nil {
+		return algorithm.MaxInt
+	}
+	s = rule.Inner(s)
+	if c, ok := s.(algorithm.Composite); ok {
+		most := int64(algorithm.MaxInt)
+		for _, m := range c.Members() {
+			most = min(most, costCap(m))
+		}
+		return most
+	}
+	if rule.SameShape(algorithm.SlidingWindowLog(1, s.Window()), s) == nil {
+		return algorithm.MaxLogCost
+	}
+	return algorithm.MaxInt
 }
 
 // AdapterConfig is what an adapter is built from.
@@ -65,7 +105,8 @@ func NewAdapter(c AdapterConfig) (Adapter, error) {
 	if len(errs) > 0 {
 		return Adapter{}, fmt.Errorf("%w: %s: %w", fleetlimit.ErrInvalidConfig, c.Name, errors.Join(errs...))
 	}
-	a := Adapter{Policy: ForLimiter(l), Headers: !l.Shadow() || c.ShadowHeaders, Holds: algorithm.Holds(l.Strategy())}
+	a := Adapter{Policy: ForLimiter(l), Headers: !l.Shadow() || c.ShadowHeaders, Holds: algorithm.Holds(l.Strategy()),
+		costCap: costCap(l.Strategy())}
 	option := ""
 	switch {
 	case a.Holds && c.HasCost:

@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetlimit/fleetlimit"
 	"github.com/fleetlimit/fleetlimit/algorithm"
+	"github.com/fleetlimit/fleetlimit/internal/ctxdone"
 	"github.com/fleetlimit/fleetlimit/ratelimitheader"
 	"github.com/fleetlimit/fleetlimit/store"
 )
@@ -47,6 +48,11 @@ const maxOverrides = 1024
 type bound struct {
 	*rule
 	limiter *fleetlimit.Limiter
+	// maxCost is the most the rule admits in one request
+	// (algorithm.MaxCost: its limit, at most algorithm.MaxLogCost for a
+	// sliding log): more hits can never pass, and get no Retry-After. A
+	// rule's limiter has no tiers, so it is every key's.
+	maxCost int64
 	policy  ratelimitheader.Policy
 	current *rlspb.RateLimitResponse_RateLimit
 	members []*rlspb.RateLimitResponse_RateLimit // current_limit of each also
@@ -164,7 +170,7 @@ func (ls *limiters) bind(r *rule) (*bound, error) {
 	if err != nil {
 		return nil, &ConfigError{File: r.file, Line: r.line, Reason: err.Error()}
 	}
-	b.limiter = l
+	b.limiter, b.maxCost = l, algorithm.MaxCost(s)
 	policyName := r.name
 	if policyName == "" {
 		policyName = name
@@ -363,7 +369,10 @@ func (s *service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 		wg.Wait()
 	}
-	if err := ctx.Err(); err != nil {
+	// A caller gone (or past its deadline, even while ctx.Err still lags
+	// it: the limiters denied it with an error wrapping
+	// context.DeadlineExceeded) is answered with its context's error.
+	if err := ctxdone.Err(ctx); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
 
@@ -380,7 +389,7 @@ func (s *service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 				if it.err != nil {
 					policies = append(policies, it.b.policy.String())
 				} else {
-					f := it.b.policy.Fields(it.res, it.res.Allowed || int64(min(it.hits, algorithm.MaxInt)) <= it.res.Limit)
+					f := it.b.policy.Fields(it.res, it.res.Allowed || int64(min(it.hits, algorithm.MaxInt)) <= it.b.maxCost)
 					policies, limits = append(policies, f.Policy), append(limits, f.RateLimit)
 					if !it.res.Allowed {
 						retryAfter = max(retryAfter, f.RetryAfter)
