@@ -160,7 +160,10 @@ func (s *penalized) Charge(state State, now time.Time, n, maxDebt int64) (Decisi
 // n*per/rate. The debt is measured on the stored instant, unclamped, so a
 // clock behind the last writer's sees the lag as debt and records less.
 // The cap in units is also kept below 2^53 - R, so that every debt the
-// Lua twin computes is an exact integer.
+// Lua twin computes is an exact integer, and in time to what the bucket
+// refills by 2^53 µs after the Unix epoch, so that the instant it is full
+// again is one the Lua twin stores and reads back exactly (past MaxTime:
+// a slow bucket with a large maxDebt); what either cap cuts off is Cut.
 func (s *tokenBucket) Charge(state State, now time.Time, n, maxDebt int64) (Decision, error) {
 	st, err := s.stateOf(state)
 	if err != nil {
@@ -174,6 +177,9 @@ func (s *tokenBucket) Charge(state State, now time.Time, n, maxDebt int64) (Deci
 		ceiling = s.capacity + maxDebt*s.p
 	}
 	t := now.UnixMicro()
+	if room := MaxInt - t; ceilDiv(ceiling, s.r) > room {
+		ceiling = room * s.r // the instant full again stays at most 2^53 µs
+	}
 	var owed int64
 	over := false // owes the ceiling or more: nothing more is recorded
 	if st.tat > t {

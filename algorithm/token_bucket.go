@@ -34,6 +34,11 @@ var tokenBucketScript = chargeable(leasable(builtin(NewScript("tb", scripts.Toke
 // tokens, once; with the default Redis server TIME, none. The equality with
 // x/time/rate holds for timelines whose time never runs backwards.
 //
+// A denial's RetryAfter and ResetAfter are read off the instant the bucket
+// is full again, so they count whole a debt past the capacity (a charge:
+// Charger, a reservation settled for more than the bucket holds) and a
+// clock's lag: the request passes at RetryAfter, not a microsecond before.
+//
 // The returned Strategy is safe for concurrent use. Invalid parameters are
 // reported by Validate, never by a panic.
 func TokenBucket(rate int64, per time.Duration, burst int64) Strategy {
@@ -110,16 +115,27 @@ func (s *tokenBucket) Decide(state State, now time.Time, n int64) (Decision, err
 		st.tat, st.e, st.r = t+wait, wait*s.r-debt, s.r
 		return Decision{Allowed: true, Limit: s.burst, Remaining: (s.capacity - debt) / s.p, ResetAfter: duration(wait)}, nil
 	}
-	d := Decision{Limit: s.burst}
-	reset := ceilDiv(debt, s.r)
-	d.Remaining = (s.capacity - debt) / s.p
+	d := Decision{Limit: s.burst, Remaining: (s.capacity - debt) / s.p}
+	reset := s.fullIn(st, t)
 	d.ResetAfter = duration(reset)
 	if n > s.burst {
 		d.RetryAfter = duration(neverPassable(reset, s.fill))
 	} else {
-		d.RetryAfter = duration(ceilDiv(debt+n*s.p-s.capacity, s.r))
+		// ceil((owed + n*p - capacity)/r) for the units owed unclamped,
+		// (tat-t)*r - e, computed without the product: tat-t less
+		// floor((e + capacity - n*p)/r), which is at least 1 when denied.
+		d.RetryAfter = duration(reset - (s.remainder(st)+s.capacity-n*s.p)/s.r)
 	}
 	return d, nil
+}
+
+// fullIn is the time until the bucket is full again at t, in µs, read off
+// the stored instant: tat - t (e/r is less than a microsecond), unclamped,
+// so that a debt past the capacity (a charge: Charger, a reservation's
+// settle) or a clock behind the last writer's counts whole, as the debt
+// seen at t (clamped at the capacity) cannot.
+func (s *tokenBucket) fullIn(st *tokenBucketState, t int64) int64 {
+	return max(0, st.tat-t)
 }
 
 // debt is the capacity minus the bucket's level at t, in units: 0 when full,
@@ -169,7 +185,7 @@ func (s *tokenBucket) Refund(state State, now time.Time, n int64) (Decision, err
 		Allowed:    true,
 		Limit:      s.burst,
 		Remaining:  (s.capacity - debt) / s.p,
-		ResetAfter: duration(ceilDiv(debt, s.r)),
+		ResetAfter: duration(s.fullIn(st, t)),
 	}, nil
 }
 

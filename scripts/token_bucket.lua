@@ -100,21 +100,34 @@ if v then
   end
 end
 
+-- The time until full again, read off the stored instant (e/R is less
+-- than a microsecond), unclamped: a debt past the capacity (a charge) or a
+-- clock behind the last writer's counts whole.
+local full_in = 0
+if vtat > now then full_in = vtat - now end
+
 if refund then
-  return {1, math.floor((C - debt) / P), 0, math.ceil(debt / R)}
+  return {1, math.floor((C - debt) / P), 0, full_in}
 end
 
 if charge then
   -- Charge (algorithm.Charger): n tokens more are owed, past the capacity
   -- too, down to a level of -max_debt tokens: the units owed are capped at
-  -- C + max_debt*P, and below 2^53 - R so that every debt below is an
-  -- exact integer. The debt is read off the stored instant, unclamped (a
-  -- clock behind sees its lag as debt, and records less). The reply's
-  -- third integer is the tokens the cap cut off.
+  -- C + max_debt*P, below 2^53 - R so that every debt below is an exact
+  -- integer, and in time (below). The debt is read off the stored
+  -- instant, unclamped (a clock behind sees its lag as debt, and records
+  -- less). The reply's third integer is the tokens the caps cut off.
   local max_debt = ARGV[#ARGV - 1] + 0
   if max_debt < 0 then max_debt = burst end
   local ceiling = 9007199254740992 - R
   if max_debt <= math.floor((ceiling - C) / P) then ceiling = C + max_debt * P end
+  -- And in time: the instant full again stays at most 2^53 µs, which this
+  -- script writes and reads back exactly (a slow bucket, a large cap).
+  local room = 9007199254740992 - now
+  local rest = math.fmod(ceiling, R)
+  local full_at = (ceiling - rest) / R
+  if rest > 0 then full_at = full_at + 1 end
+  if full_at > room then ceiling = room * R end
   local owed, over = 0, false
   if vtat > now then
     if vtat - now > math.ceil(ceiling / R) then
@@ -174,14 +187,18 @@ if n <= burst and debt + n * P <= C then
   return {1, math.floor((C - debt) / P), 0, d}
 end
 
-local reset = math.ceil(debt / R)
+local reset = full_in
 local retry
 if n > burst then
   -- Never passable: say when the bucket is full again (or a whole fill).
   retry = reset
   if retry == 0 then retry = fill end
 else
-  retry = math.ceil((debt + n * P - C) / R)
+  -- ceil((owed + n*P - C)/R) for the units owed unclamped, (vtat-now)*R
+  -- - ve, computed without the product: vtat-now less floor((ve + C -
+  -- n*P)/R), an exact integer division (fmod is exact).
+  local q = ve + C - n * P
+  retry = reset - (q - math.fmod(q, R)) / R
 end
 if lease or atmost then return {0, math.floor((C - debt) / P), retry, reset, now} end
 return {0, math.floor((C - debt) / P), retry, reset}

@@ -126,7 +126,8 @@ func (r *refLog) decide(now, n int64) algorithm.Decision {
 // refBucket: the level is exact rational tokens, refilled at rate/per per
 // µs up to burst; the state is the instant the bucket is full again (tat).
 // A clock behind tat sees the level tat implies (no refill for time that
-// has not passed for it), at worst empty.
+// has not passed for it), at worst empty; a denial's times are counted
+// from tat itself.
 type refBucket struct {
 	burst *big.Rat
 	r     *big.Rat // tokens per µs
@@ -145,6 +146,7 @@ func (r *refBucket) decide(now, n int64) algorithm.Decision {
 		wait.Sub(r.tat, t)
 	}
 	fill := new(big.Rat).Quo(r.burst, r.r)
+	owed := new(big.Rat).Set(wait) // unclamped: the times a denial reports
 	if wait.Cmp(fill) > 0 {
 		wait.Set(fill) // at worst empty
 	}
@@ -155,14 +157,17 @@ func (r *refBucket) decide(now, n int64) algorithm.Decision {
 		r.tat = new(big.Rat).Add(t, wait)
 		return algorithm.Decision{Allowed: true, Remaining: floor(new(big.Rat).Sub(level, nr)), ResetAfter: dur(ceil(wait))}
 	}
-	d := algorithm.Decision{Remaining: floor(level), ResetAfter: dur(ceil(wait))}
+	// A denial says when the bucket is full again, and when n passes, on
+	// the caller's clock: from tat, so a clock behind tat by more than a
+	// fill waits out its lag too.
+	d := algorithm.Decision{Remaining: floor(level), ResetAfter: dur(ceil(owed))}
 	switch {
 	case n > r.b && d.ResetAfter > 0:
 		d.RetryAfter = d.ResetAfter
 	case n > r.b:
 		d.RetryAfter = dur(ceil(fill))
-	default:
-		d.RetryAfter = dur(ceil(new(big.Rat).Quo(new(big.Rat).Sub(nr, level), r.r)))
+	default: // owed - (burst - n)/r
+		d.RetryAfter = dur(ceil(new(big.Rat).Sub(owed, new(big.Rat).Quo(new(big.Rat).Sub(r.burst, nr), r.r))))
 	}
 	return d
 }
