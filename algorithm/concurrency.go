@@ -59,15 +59,6 @@ func (s *concurrency) Validate() error {
 	return s.check("concurrency", "ttl")
 }
 
-// Scaled is Concurrency(max(1, limit/divisor), ttl): one instance's share
-// of the slots, for the fallback (fleetlimit.WithFallback).
-func (s *concurrency) Scaled(divisor int64) Strategy {
-	if divisor <= 1 {
-		return s
-	}
-	return Concurrency(share(s.limit, divisor), s.d)
-}
-
 // PermitKind is what a Hold does to a permit.
 type PermitKind uint8
 

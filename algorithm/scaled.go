@@ -19,20 +19,34 @@ type Scaler interface {
 // share is ⌊v/divisor⌋, at least 1.
 func share(v, divisor int64) int64 { return max(1, v/divisor) }
 
-// Scaled is SlidingWindowLog(max(1, limit/divisor), window).
-func (s *slidingWindowLog) Scaled(divisor int64) Strategy {
+// scaled is Scaled for s, the limit-window strategy that build makes from
+// p: s itself when divisor <= 1, else build(share(limit, divisor), window).
+func (p *limitWindow) scaled(s Strategy, divisor int64, build func(int64, time.Duration) Strategy) Strategy {
 	if divisor <= 1 {
 		return s
 	}
-	return SlidingWindowLog(share(s.limit, divisor), s.d)
+	return build(share(p.limit, divisor), p.d)
+}
+
+// Scaled is SlidingWindowLog(max(1, limit/divisor), window).
+func (s *slidingWindowLog) Scaled(divisor int64) Strategy {
+	return s.scaled(s, divisor, SlidingWindowLog)
+}
+
+// Scaled is SlidingWindowCounter(max(1, limit/divisor), window).
+func (s *slidingWindowCounter) Scaled(divisor int64) Strategy {
+	return s.scaled(s, divisor, SlidingWindowCounter)
 }
 
 // Scaled is FixedWindow(max(1, limit/divisor), window).
 func (s *fixedWindow) Scaled(divisor int64) Strategy {
-	if divisor <= 1 {
-		return s
-	}
-	return FixedWindow(share(s.limit, divisor), s.d)
+	return s.scaled(s, divisor, FixedWindow)
+}
+
+// Scaled is Concurrency(max(1, limit/divisor), ttl): one instance's share
+// of the slots, for the fallback (fleetlimit.WithFallback).
+func (s *concurrency) Scaled(divisor int64) Strategy {
+	return s.scaled(s, divisor, Concurrency)
 }
 
 // Scaled divides the burst (at least 1) and the rate exactly: rate tokens

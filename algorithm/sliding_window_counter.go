@@ -88,14 +88,6 @@ func (s *slidingWindowCounter) Validate() error {
 	return s.check("sliding window counter", "window")
 }
 
-// Scaled is SlidingWindowCounter(max(1, limit/divisor), window).
-func (s *slidingWindowCounter) Scaled(divisor int64) Strategy {
-	if divisor <= 1 {
-		return s
-	}
-	return SlidingWindowCounter(share(s.limit, divisor), s.d)
-}
-
 // slidingCounterState is the Go twin of the Redis value
 // "<index>:<prev>:<cur>": cur units admitted in window index, prev in the
 // window before it. full is the end of window index+1 (µs), where the

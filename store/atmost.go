@@ -9,20 +9,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-// Granter is implemented by stores that can grant part of a request:
-// Memory and Redis. fleetlimit.Limiter.AllowAtMost needs it.
-type Granter interface {
-	// AtMost applies req.Strategy's partial grant (algorithm.Granter) to
-	// req.Key's state at req.Now (the store's clock when zero), atomically
-	// as Decide is: it admits the most of req.N that fits now, possibly
-	// nothing, and returns the decision with Decision.Granted set. A
-	// strategy that cannot grant part of a request (not an
-	// algorithm.Granter, or its Script does not set AtMost) gets an error
-	// wrapping ErrRejected and errors.ErrUnsupported. Errors are otherwise
-	// classed as Decide's are.
-	AtMost(ctx context.Context, req Request) (algorithm.Decision, error)
-}
-
 // AtMost runs the strategy's Go partial grant under the key's shard lock.
 // A key it does not hold and that grants nothing is not kept (unless the
 // strategy keeps something of the denial: a penalty box counts it).

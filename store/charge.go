@@ -9,22 +9,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-// Charger is implemented by stores that can charge a key past its limit:
-// Memory and Redis. fleetlimit.Reservation.Settle needs it for a cost above
-// its estimate.
-type Charger interface {
-	// Charge records req.N units on req.Key's state at req.Now (the
-	// store's clock when zero) by req.Strategy's charge rule
-	// (algorithm.Charger), whatever the limit, up to maxDebt units past it
-	// (negative: the strategy's own Limit), atomically as Decide is, and
-	// returns the key's standing after it, with the units the cap cut off
-	// (Decision.Cut). A strategy that cannot be charged (not an
-	// algorithm.Charger, or its Script does not set Charges) gets an error
-	// wrapping ErrRejected and errors.ErrUnsupported. Errors are otherwise
-	// classed as Decide's are.
-	Charge(ctx context.Context, req Request, maxDebt int64) (algorithm.Decision, error)
-}
-
 // Charge runs the strategy's Go charge rule under the key's shard lock. A
 // key it does not hold starts fresh, and is kept once the charge recorded
 // something.

@@ -9,19 +9,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-// Holder is implemented by stores that hold permits: Memory and Redis.
-// fleetlimit.Limiter.Acquire and its Permit need it.
-type Holder interface {
-	// Hold applies req.Permit to req.Key's state at req.Now (the store's
-	// clock when zero) by req.Strategy's rule (algorithm.Holder),
-	// atomically as Decide is, and returns its decision. A strategy that
-	// cannot hold permits (not an algorithm.Holder, or its Script does not
-	// set Holds) or a request without a valid Permit gets an error
-	// wrapping ErrRejected (and errors.ErrUnsupported for the strategy).
-	// Errors are otherwise classed as Decide's are.
-	Hold(ctx context.Context, req Request) (algorithm.Decision, error)
-}
-
 // Hold runs the strategy's Go rule for req.Permit under the key's shard
 // lock.
 func (m *Memory) Hold(_ context.Context, req Request) (algorithm.Decision, error) {

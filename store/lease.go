@@ -9,19 +9,6 @@ import (
 	"github.com/fleetlimit/fleetlimit/algorithm"
 )
 
-// Leaser is implemented by stores that can lend a key's capacity:
-// Memory and Redis. fleetlimit.WithLeases needs it.
-type Leaser interface {
-	// Lease applies req.Strategy's lease rule (algorithm.Leaser) to
-	// req.Key's state for a request of cost req.N on terms, atomically as
-	// Decide is: it gives terms.Back units of an earlier lease back, then
-	// takes up to terms.Want. A strategy that cannot lease (not an
-	// algorithm.Leaser, or its Script does not set Leases) gets an error
-	// wrapping ErrRejected and errors.ErrUnsupported. Errors are otherwise
-	// classed as Decide's are.
-	Lease(ctx context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error)
-}
-
 // Lease runs the strategy's Go lease rule under the key's shard lock.
 func (m *Memory) Lease(_ context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error) {
 	l, err := memoryRule[algorithm.Leaser](m, req.Strategy, cannotLease)

@@ -85,6 +85,62 @@ type Refunder interface {
 	Refund(ctx context.Context, req Request) (algorithm.Decision, error)
 }
 
+// Leaser is implemented by stores that can lend a key's capacity:
+// Memory and Redis. fleetlimit.WithLeases needs it.
+type Leaser interface {
+	// Lease applies req.Strategy's lease rule (algorithm.Leaser) to
+	// req.Key's state for a request of cost req.N on terms, atomically as
+	// Decide is: it gives terms.Back units of an earlier lease back, then
+	// takes up to terms.Want. A strategy that cannot lease (not an
+	// algorithm.Leaser, or its Script does not set Leases) gets an error
+	// wrapping ErrRejected and errors.ErrUnsupported. Errors are otherwise
+	// classed as Decide's are.
+	Lease(ctx context.Context, req Request, terms algorithm.LeaseTerms) (algorithm.Grant, error)
+}
+
+// Granter is implemented by stores that can grant part of a request:
+// Memory and Redis. fleetlimit.Limiter.AllowAtMost needs it.
+type Granter interface {
+	// AtMost applies req.Strategy's partial grant (algorithm.Granter) to
+	// req.Key's state at req.Now (the store's clock when zero), atomically
+	// as Decide is: it admits the most of req.N that fits now, possibly
+	// nothing, and returns the decision with Decision.Granted set. A
+	// strategy that cannot grant part of a request (not an
+	// algorithm.Granter, or its Script does not set AtMost) gets an error
+	// wrapping ErrRejected and errors.ErrUnsupported. Errors are otherwise
+	// classed as Decide's are.
+	AtMost(ctx context.Context, req Request) (algorithm.Decision, error)
+}
+
+// Charger is implemented by stores that can charge a key past its limit:
+// Memory and Redis. fleetlimit.Reservation.Settle needs it for a cost above
+// its estimate.
+type Charger interface {
+	// Charge records req.N units on req.Key's state at req.Now (the
+	// store's clock when zero) by req.Strategy's charge rule
+	// (algorithm.Charger), whatever the limit, up to maxDebt units past it
+	// (negative: the strategy's own Limit), atomically as Decide is, and
+	// returns the key's standing after it, with the units the cap cut off
+	// (Decision.Cut). A strategy that cannot be charged (not an
+	// algorithm.Charger, or its Script does not set Charges) gets an error
+	// wrapping ErrRejected and errors.ErrUnsupported. Errors are otherwise
+	// classed as Decide's are.
+	Charge(ctx context.Context, req Request, maxDebt int64) (algorithm.Decision, error)
+}
+
+// Holder is implemented by stores that hold permits: Memory and Redis.
+// fleetlimit.Limiter.Acquire and its Permit need it.
+type Holder interface {
+	// Hold applies req.Permit to req.Key's state at req.Now (the store's
+	// clock when zero) by req.Strategy's rule (algorithm.Holder),
+	// atomically as Decide is, and returns its decision. A strategy that
+	// cannot hold permits (not an algorithm.Holder, or its Script does not
+	// set Holds) or a request without a valid Permit gets an error
+	// wrapping ErrRejected (and errors.ErrUnsupported for the strategy).
+	// Errors are otherwise classed as Decide's are.
+	Hold(ctx context.Context, req Request) (algorithm.Decision, error)
+}
+
 // Request is one decision to make. Callers (fleetlimit.Limiter) validate it:
 // a non-empty Key of at most MaxKeyLen bytes, 1 <= N <= algorithm.MaxInt, a
 // valid Strategy, and a Prefix without braces.

@@ -49,6 +49,18 @@ const (
 	valkeyClusterCases = clusterCases / 2
 )
 
+// realServers are the real servers a Backend can run on, by name: how to
+// get a client for each (see redistest) and its case count.
+var realServers = map[string]struct {
+	dial  func(testing.TB) redis.UniversalClient
+	cases int
+}{
+	"redis":          {func(t testing.TB) redis.UniversalClient { return redistest.Real(t) }, realCases},
+	"cluster":        {func(t testing.TB) redis.UniversalClient { return redistest.Cluster(t) }, clusterCases},
+	"valkey":         {func(t testing.TB) redis.UniversalClient { return redistest.Valkey(t) }, valkeyCases},
+	"valkey-cluster": {func(t testing.TB) redis.UniversalClient { return redistest.ValkeyCluster(t) }, valkeyClusterCases},
+}
+
 // Backends returns the stores to run on: "memory", "miniredis", "redis"
 // and "valkey" (the real servers that ./test.sh starts), all four when none
 // is named — the real ones only when the environment names them
@@ -88,23 +100,16 @@ func backends(t *testing.T, persist bool, names []string) []Backend {
 		case "miniredis":
 			_, c := redistest.Mini(t)
 			bs = append(bs, Backend{Name: name, Store: stores.Redis(t, c), Client: c, Cases: miniCases})
-		case "redis":
-			c := redistest.Real(t)
-			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: realCases})
-		case "cluster":
-			c := redistest.Cluster(t)
-			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: clusterCases})
-		case "valkey":
-			c := redistest.Valkey(t)
-			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: valkeyCases})
-		case "valkey-cluster":
-			c := redistest.ValkeyCluster(t)
-			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: valkeyClusterCases})
 		default:
-			t.Fatalf("unknown backend %q", name)
-		}
-		if b := bs[len(bs)-1]; b.Real && persist {
-			redistest.PersistScriptKeys(b.Client)
+			srv, ok := realServers[name]
+			if !ok {
+				t.Fatalf("unknown backend %q", name)
+			}
+			c := srv.dial(t)
+			bs = append(bs, Backend{Name: name, Real: true, Store: stores.Redis(t, c), Client: c, Cases: srv.cases})
+			if persist {
+				redistest.PersistScriptKeys(c)
+			}
 		}
 	}
 	return bs
